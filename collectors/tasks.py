@@ -1,0 +1,49 @@
+"""Thin Celery tasks: take ids, hold the source's lock, call one cycle function."""
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.conf import settings
+
+from collectors import cycle
+from collectors.locks import source_lock
+from dashboard.models import Cluster, Store
+
+log = logging.getLogger(__name__)
+
+# A poll may take a few I/O timeouts; the hard limit bounds a stuck one.
+SOFT_LIMIT_S = max(30, int(settings.IO_TIMEOUT_S * 6))
+HARD_LIMIT_S = SOFT_LIMIT_S + 15
+
+
+@shared_task(name="collectors.tasks.collect_all", ignore_result=True)
+def collect_all() -> None:
+    for store_id in Store.objects.filter(enabled=True).values_list("pk", flat=True):
+        poll_store.delay(store_id)
+    for cluster_id in Cluster.objects.values_list("pk", flat=True):
+        poll_cluster.delay(cluster_id)
+
+
+@shared_task(name="collectors.tasks.poll_store", ignore_result=True, soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
+def poll_store(store_id: int) -> None:
+    with source_lock(f"store:{store_id}", ttl_s=HARD_LIMIT_S) as acquired:
+        if not acquired:
+            log.info("store %s: previous poll still running, skipped", store_id)
+            return
+        try:
+            cycle.poll_store(store_id)
+        except cycle.SourceFailed:
+            pass  # recorded in SourceHealth; the next cycle retries
+
+
+@shared_task(name="collectors.tasks.poll_cluster", ignore_result=True, soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
+def poll_cluster(cluster_id: int) -> None:
+    with source_lock(f"cluster:{cluster_id}", ttl_s=HARD_LIMIT_S) as acquired:
+        if not acquired:
+            log.info("cluster %s: previous poll still running, skipped", cluster_id)
+            return
+        try:
+            cycle.poll_cluster(cluster_id)
+        except cycle.SourceFailed:
+            pass

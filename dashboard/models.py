@@ -1,0 +1,127 @@
+"""What the collectors record and the pages show."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from django.db import models
+
+
+class Cluster(models.Model):
+    """A Kafka cluster whose watermarks are polled."""
+
+    name = models.CharField(max_length=200, unique=True)
+    bootstrap_servers = models.CharField(max_length=1000)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Store(models.Model):
+    """An offset store (e.g. one HBase table) holding the offsets of jobs reading `cluster`."""
+
+    class Kind(models.TextChoices):
+        HBASE = "hbase", "HBase"
+
+    name = models.CharField(max_length=200, unique=True)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    url = models.CharField(max_length=1000, help_text="e.g. hbase://host:9090/stream_kafka_offsets")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="stores")
+    enabled = models.BooleanField(default=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class SourceHealth(models.Model):
+    """The last poll of one source (a store or a cluster's watermarks): success or error and when."""
+
+    source = models.CharField(max_length=100, unique=True)  # "store:<id>" or "cluster:<id>"
+    label = models.CharField(max_length=300)
+    last_attempt_at = models.DateTimeField(null=True)
+    last_success_at = models.DateTimeField(null=True)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    last_duration_ms = models.PositiveIntegerField(null=True)
+
+    @property
+    def is_unreachable(self) -> bool:
+        return self.consecutive_failures > 0
+
+
+class Pipeline(models.Model):
+    """One streaming job's position in one store: (store, topic, group)."""
+
+    store = models.ForeignKey(Store, on_delete=models.CASCADE, related_name="pipelines")
+    topic = models.CharField(max_length=255)
+    group = models.CharField(max_length=1000)
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+    # Denormalised from the newest Batch so the overview sorts without a subquery.
+    last_batch_ms = models.BigIntegerField(null=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["store", "topic", "group"], name="pipeline_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.topic} / {self.group}"
+
+    @property
+    def last_batch_time(self) -> datetime | None:
+        if self.last_batch_ms is None:
+            return None
+        return datetime.fromtimestamp(self.last_batch_ms / 1000, tz=timezone.utc)
+
+
+class Batch(models.Model):
+    """One batch's saved offsets: partition (as text) -> next offset to read."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="batches")
+    batch_time_ms = models.BigIntegerField()
+    offsets = models.JSONField()
+    # Records in the batch = sum over partitions of (offset - previous batch's offset);
+    # null for the first batch seen, whose start is unknown.
+    records = models.BigIntegerField(null=True)
+    collected_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["pipeline", "batch_time_ms"], name="batch_unique")]
+        indexes = [models.Index(fields=["pipeline", "-batch_time_ms"], name="batch_pipeline_time")]
+
+
+class WatermarkSample(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="watermark_samples")
+    topic = models.CharField(max_length=255)
+    partition = models.IntegerField()
+    low = models.BigIntegerField()
+    high = models.BigIntegerField()
+    sampled_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["cluster", "topic", "-sampled_at"], name="wm_cluster_topic_time")]
+
+
+class LagSample(models.Model):
+    """Lag of a pipeline at one collection cycle: committed vs the watermarks sampled then."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="lag_samples")
+    sampled_at = models.DateTimeField()
+    total_lag = models.BigIntegerField()
+    # {"<partition>": {"committed": int|null, "low": int, "high": int, "lag": int|null}}
+    partitions = models.JSONField()
+
+    class Meta:
+        indexes = [models.Index(fields=["pipeline", "-sampled_at"], name="lag_pipeline_time")]
+
+
+class StoreProblem(models.Model):
+    """A stored record that could not be read (e.g. a malformed HBase row), kept visible."""
+
+    store = models.ForeignKey(Store, on_delete=models.CASCADE, related_name="problems")
+    key = models.CharField(max_length=500)
+    problem = models.CharField(max_length=1000)
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField(auto_now=True)
+    occurrences = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["store", "key", "problem"], name="problem_unique")]

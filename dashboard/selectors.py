@@ -1,0 +1,155 @@
+"""Reads: what the pages, the API and the collectors ask of the database."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+
+from django.conf import settings
+from django.core.paginator import Page, Paginator
+from django.db.models import OuterRef, Subquery
+from django.utils import timezone
+
+from dashboard.models import Batch, Cluster, LagSample, Pipeline, SourceHealth, Store, StoreProblem
+from streamoffsets.types import PipelineKey
+
+
+def store_positions(*, store: Store) -> dict[PipelineKey, int]:
+    """Where the next read of each pipeline's history starts (its newest stored batch)."""
+    rows = store.pipelines.exclude(last_batch_ms=None).values_list("topic", "group", "last_batch_ms")
+    return {PipelineKey(topic, group): ms for topic, group, ms in rows}
+
+
+def cluster_topics(*, cluster: Cluster) -> list[str]:
+    return sorted(set(Pipeline.objects.filter(store__cluster=cluster).values_list("topic", flat=True)))
+
+
+@dataclass
+class Freshness:
+    stale: bool
+    reasons: list[str] = field(default_factory=list)
+
+
+def _source_reasons(health: SourceHealth | None, what: str, now: datetime) -> list[str]:
+    if health is None or health.last_attempt_at is None:
+        return [f"{what} has not been collected yet"]
+    reasons = []
+    if health.consecutive_failures:
+        since = health.last_success_at.isoformat(timespec="seconds") if health.last_success_at else "never"
+        reasons.append(
+            f"{health.label} is unreachable ({health.consecutive_failures} failed polls, last success {since}): "
+            f"{health.last_error}"
+        )
+    elif health.last_success_at and (now - health.last_success_at).total_seconds() > settings.STALE_AFTER_S:
+        age = int((now - health.last_success_at).total_seconds())
+        reasons.append(f"{health.label} was last read {age} s ago")
+    return reasons
+
+
+def pipeline_freshness(*, pipeline: Pipeline, now: datetime | None = None) -> Freshness:
+    """Whether the numbers shown for a pipeline are current, and if not, why."""
+    now = now or timezone.now()
+    healths = {h.source: h for h in SourceHealth.objects.filter(
+        source__in=[f"store:{pipeline.store_id}", f"cluster:{pipeline.store.cluster_id}"]
+    )}
+    reasons = _source_reasons(healths.get(f"store:{pipeline.store_id}"), f"store {pipeline.store.name}", now)
+    reasons += _source_reasons(
+        healths.get(f"cluster:{pipeline.store.cluster_id}"), f"cluster {pipeline.store.cluster.name}", now
+    )
+    return Freshness(stale=bool(reasons), reasons=reasons)
+
+
+def unreachable_sources() -> list[SourceHealth]:
+    return list(SourceHealth.objects.filter(consecutive_failures__gt=0).order_by("source"))
+
+
+def pipelines_overview() -> list[Pipeline]:
+    """Every pipeline with its newest lag sample's total and time, largest lag first."""
+    latest = LagSample.objects.filter(pipeline=OuterRef("pk")).order_by("-sampled_at")
+    return list(
+        Pipeline.objects.select_related("store", "store__cluster")
+        .annotate(
+            total_lag=Subquery(latest.values("total_lag")[:1]),
+            lag_sampled_at=Subquery(latest.values("sampled_at")[:1]),
+        )
+        .order_by("-total_lag", "topic", "group")
+    )
+
+
+def pipeline_get(*, pipeline_id: int) -> Pipeline:
+    return Pipeline.objects.select_related("store", "store__cluster").get(pk=pipeline_id)
+
+
+@dataclass
+class PartitionRow:
+    partition: int
+    committed: int | None
+    low: int | None
+    high: int | None
+    lag: int | None
+    state: str
+
+
+def _partition_state(committed, low, high) -> str:
+    if committed is None:
+        return "not in store"
+    if low is None:
+        return "not in topic"
+    if committed < low:
+        return f"below low watermark: {low - committed:,} messages deleted before being processed"
+    if committed > high:
+        return "above high watermark (offset does not exist)"
+    return "lagging" if high > committed else "caught up"
+
+
+def pipeline_partitions(*, pipeline: Pipeline) -> tuple[LagSample | None, list[PartitionRow]]:
+    """The newest lag sample and its per-partition rows, ordered by partition."""
+    sample = pipeline.lag_samples.order_by("-sampled_at").first()
+    if sample is None:
+        return None, []
+    rows = [
+        PartitionRow(int(p), v["committed"], v["low"], v["high"], v["lag"],
+                     _partition_state(v["committed"], v["low"], v["high"]))
+        for p, v in sample.partitions.items()
+    ]
+    return sample, sorted(rows, key=lambda r: r.partition)
+
+
+@dataclass
+class BatchRow:
+    batch_time: datetime
+    batch_time_ms: int
+    offsets: list[int | None]
+    records: int | None
+
+
+def pipeline_batches(*, pipeline: Pipeline, page: int = 1, per_page: int = 50) -> tuple[Page, list[int], list[BatchRow]]:
+    """One page of the batch history, newest first, with one column per partition seen on it."""
+    paginator = Paginator(pipeline.batches.order_by("-batch_time_ms").only("batch_time_ms", "offsets", "records"), per_page)
+    page_obj = paginator.get_page(page)
+    batches: list[Batch] = list(page_obj.object_list)
+    partitions = sorted({int(p) for b in batches for p in b.offsets})
+    rows = [
+        BatchRow(
+            batch_time=datetime.fromtimestamp(b.batch_time_ms / 1000, tz=dt_timezone.utc),
+            batch_time_ms=b.batch_time_ms,
+            offsets=[b.offsets.get(str(p)) for p in partitions],
+            records=b.records,
+        )
+        for b in batches
+    ]
+    return page_obj, partitions, rows
+
+
+def pipeline_lag_series(*, pipeline: Pipeline, since: datetime) -> list[tuple[datetime, int]]:
+    return list(
+        pipeline.lag_samples.filter(sampled_at__gte=since).order_by("sampled_at").values_list("sampled_at", "total_lag")
+    )
+
+
+def store_problems(*, store: Store, limit: int = 20) -> list[StoreProblem]:
+    return list(store.problems.order_by("-last_seen_at")[:limit])
+
+
+RANGES = {"15m": timedelta(minutes=15), "1h": timedelta(hours=1), "6h": timedelta(hours=6),
+          "24h": timedelta(hours=24), "7d": timedelta(days=7)}

@@ -1,0 +1,169 @@
+"""The one settings module. Every value comes from the environment, with safe local defaults.
+
+Environment variables (see README, configuration):
+  DATABASE_URL             sqlite:///path (embedded default) or postgres://user:pass@host:port/db
+  REDIS_URL                Celery broker and locks (default redis://127.0.0.1:6379/0)
+  OFFSETWATCH_SECRET_KEY   required when OFFSETWATCH_DEBUG is off outside the local stack
+  OFFSETWATCH_DEBUG, OFFSETWATCH_ALLOWED_HOSTS, OFFSETWATCH_RUN_DIR,
+  OFFSETWATCH_POLL_INTERVAL, OFFSETWATCH_STALE_AFTER, OFFSETWATCH_IO_TIMEOUT,
+  OFFSETWATCH_KAFKA_PORT, OFFSETWATCH_HBASE_PORT, OFFSETWATCH_ZOOKEEPER_PORT, OFFSETWATCH_REDIS_PORT,
+  OFFSETWATCH_KAFKA_BOOTSTRAP, OFFSETWATCH_HBASE_URL, OFFSETWATCH_ZOOKEEPER_HOSTS
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str) -> str:
+    """A string setting; NAME_FILE (a path) wins over NAME so secrets can come from files."""
+    file_path = os.environ.get(f"{name}_FILE")
+    if file_path:
+        return Path(file_path).read_text().strip()
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if raw.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(f"{name}={raw!r} is not a boolean (use true/false)")
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    try:
+        return int(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not an integer") from None
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "")
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+
+
+def database_from_url(url: str) -> dict:
+    parsed = urlparse(url)
+    if parsed.scheme == "sqlite":
+        path = unquote(parsed.path) or str(RUN_DIR / "offsetwatch.sqlite3")
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": path,
+            # The demo's web server and Celery worker share the file: wait for locks, use WAL.
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    if parsed.scheme in {"postgres", "postgresql"}:
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parsed.path.lstrip("/")) or "offsetwatch",
+            "USER": unquote(parsed.username or ""),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "",
+            "PORT": str(parsed.port or ""),
+            "CONN_MAX_AGE": env_int("OFFSETWATCH_CONN_MAX_AGE", 60),
+            "CONN_HEALTH_CHECKS": True,
+        }
+    raise ValueError(f"DATABASE_URL scheme {parsed.scheme!r} is not supported (use sqlite or postgres)")
+
+
+DEBUG = env_bool("OFFSETWATCH_DEBUG", False)
+RUN_DIR = Path(env_str("OFFSETWATCH_RUN_DIR", str(BASE_DIR / ".run")))
+# Local-only default key: the production settings (deployment issue) refuse to start without one.
+SECRET_KEY = env_str("OFFSETWATCH_SECRET_KEY", "offset-watch-local-development-key-not-for-production")
+ALLOWED_HOSTS = [h for h in env_str("OFFSETWATCH_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "dashboard",
+]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+ROOT_URLCONF = "dashboard.urls"
+WSGI_APPLICATION = "dashboard.wsgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+DATABASES = {"default": database_from_url(env_str("DATABASE_URL", f"sqlite:///{RUN_DIR / 'offsetwatch.sqlite3'}"))}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_PASSWORD_VALIDATORS = [{"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"}]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("OFFSETWATCH_TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "overview"
+LOGOUT_REDIRECT_URL = "login"
+
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# Collection
+POLL_INTERVAL_S = env_float("OFFSETWATCH_POLL_INTERVAL", 10.0)
+# Data older than this is shown as stale, not as current.
+STALE_AFTER_S = env_float("OFFSETWATCH_STALE_AFTER", max(3 * POLL_INTERVAL_S, 30.0))
+IO_TIMEOUT_S = env_float("OFFSETWATCH_IO_TIMEOUT", 5.0)
+# Rows read from one store per pipeline per cycle; the first import of a long history
+# continues over the next cycles instead of making one cycle unbounded.
+MAX_BATCHES_PER_CYCLE = env_int("OFFSETWATCH_MAX_BATCHES_PER_CYCLE", 5000)
+
+# The local stack (python manage.py stack / demo): loopback ports and the addresses built on them.
+STACK_KAFKA_PORT = env_int("OFFSETWATCH_KAFKA_PORT", 19092)
+STACK_HBASE_PORT = env_int("OFFSETWATCH_HBASE_PORT", 19090)
+STACK_ZOOKEEPER_PORT = env_int("OFFSETWATCH_ZOOKEEPER_PORT", 12181)
+STACK_REDIS_PORT = env_int("OFFSETWATCH_REDIS_PORT", urlparse(REDIS_URL).port or 6379)
+KAFKA_BOOTSTRAP = env_str("OFFSETWATCH_KAFKA_BOOTSTRAP", f"127.0.0.1:{STACK_KAFKA_PORT}")
+HBASE_URL = env_str("OFFSETWATCH_HBASE_URL", f"hbase://127.0.0.1:{STACK_HBASE_PORT}/stream_kafka_offsets")
+ZOOKEEPER_HOSTS = env_str("OFFSETWATCH_ZOOKEEPER_HOSTS", f"127.0.0.1:{STACK_ZOOKEEPER_PORT}")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("OFFSETWATCH_LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,185 @@
+"""The reference streaming job: Kafka -> idempotent output, offsets saved to HBase after each batch.
+
+The offset store is the job's source of truth, not a Spark checkpoint (checkpoints do not
+survive application upgrades). Each run therefore uses a fresh, temporary checkpoint and
+starts from what `streamoffsets.restart` resolves from the newest stored batch.
+
+Run: python -m pipeline.job --bootstrap 127.0.0.1:19092 --topic demo --group demo-job \
+        --hbase-url hbase://127.0.0.1:19090/stream_kafka_offsets --output .run/job-output.sqlite3
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from pipeline.kafka_source import KafkaDataSource
+from pipeline.output import OutputSink
+from streamoffsets.hbase import HBaseOffsetStore
+from streamoffsets.kafka import KafkaWatermarkReader
+from streamoffsets.restart import StartPlan, resolve_start
+from streamoffsets.types import BatchOffsets
+
+log = logging.getLogger("offsetwatch.job")
+
+
+@dataclass
+class JobConfig:
+    bootstrap: str
+    topic: str
+    group: str
+    hbase_url: str
+    output_path: Path
+    trigger_seconds: float = 2.0
+    max_offsets_per_partition: int | None = None
+    idempotent_output: bool = True
+
+
+@dataclass
+class JobRun:
+    plan: StartPlan
+    batches_saved: list[BatchOffsets] = field(default_factory=list)
+    records_written: int = 0
+
+
+class ReferenceJob:
+    """One run of the job; `stop()` finishes the batch in flight, then stops the query."""
+
+    def __init__(self, spark, config: JobConfig, on_batch: Callable[[BatchOffsets], None] | None = None):
+        self.spark = spark
+        self.config = config
+        self.on_batch = on_batch
+        self._stopping = threading.Event()
+        # Held while a batch writes output and offsets, so a stop never cuts one in half.
+        self._batch_lock = threading.Lock()
+        self._store = HBaseOffsetStore.from_url(config.hbase_url)
+        self._sink = OutputSink(config.output_path, idempotent=config.idempotent_output)
+        self._current: dict[int, int] = {}
+        self.run_state: JobRun | None = None
+        self.query = None
+
+    def plan_start(self) -> StartPlan:
+        cfg = self.config
+        self._store.ensure_table()
+        stored = self._store.load_latest(cfg.topic, cfg.group)
+        watermarks = KafkaWatermarkReader(cfg.bootstrap).topic_watermarks(cfg.topic)
+        plan = resolve_start(cfg.topic, stored, watermarks)
+        for decision in plan.decisions:
+            log.warning("start of %s/%s: %s", cfg.topic, cfg.group, decision)
+        log.info("starting %s/%s from %s", cfg.topic, cfg.group, plan.spark_starting_offsets())
+        return plan
+
+    def start(self):
+        cfg = self.config
+        plan = self.plan_start()
+        self.run_state = JobRun(plan)
+        self._current = dict(plan.offsets)
+        self.spark.dataSource.register(KafkaDataSource)
+        reader = (
+            self.spark.readStream.format("offsetwatch_kafka")
+            .option("kafka.bootstrap.servers", cfg.bootstrap)
+            .option("subscribe", cfg.topic)
+            .option("startingOffsets", plan.spark_starting_offsets())
+        )
+        if cfg.max_offsets_per_partition:
+            reader = reader.option("maxOffsetsPerPartition", str(cfg.max_offsets_per_partition))
+        self._checkpoint = Path(tempfile.mkdtemp(prefix="offsetwatch-ckpt-"))
+        self.query = (
+            reader.load()
+            .writeStream.foreachBatch(self._process_batch)
+            .option("checkpointLocation", str(self._checkpoint))
+            .trigger(processingTime=f"{cfg.trigger_seconds} seconds")
+            .queryName(f"offsetwatch-{cfg.topic}-{cfg.group}")
+            .start()
+        )
+        return self.query
+
+    def _process_batch(self, df, batch_id: int) -> None:
+        with self._batch_lock:
+            if self._stopping.is_set():
+                # Nothing written and no offsets saved: the next run re-reads this range.
+                return
+            batch_time_ms = int(time.time() * 1000)
+            rows = df.select("topic", "partition", "offset", "value").collect()
+            if not rows:
+                return
+            written = self._sink.write(batch_id, [(r.topic, r.partition, r.offset, r.value) for r in rows])
+            until = dict(self._current)
+            for r in rows:
+                until[r.partition] = max(until.get(r.partition, 0), r.offset + 1)
+            batch = BatchOffsets(self.config.topic, self.config.group, batch_time_ms, until)
+            # After the output, never before: a crash in between re-processes one batch (at-least-once).
+            self._store.save_batch(batch)
+            self._current = until
+            self.run_state.records_written += written
+            self.run_state.batches_saved.append(batch)
+            log.info("batch %s: %s records, offsets saved %s", batch_id, written, until)
+        if self.on_batch:
+            self.on_batch(batch)
+
+    def stop(self, timeout_s: float = 120.0) -> None:
+        """Graceful stop: let the batch in flight finish and save its offsets, then stop."""
+        self._stopping.set()
+        if self._batch_lock.acquire(timeout=timeout_s):
+            self._batch_lock.release()
+        if self.query is not None:
+            self.query.stop()
+        self._store.close()
+        shutil.rmtree(getattr(self, "_checkpoint", ""), ignore_errors=True)
+
+    def run_until(self, stop: threading.Event) -> None:
+        """Run until `stop` is set (signal handler) or the query fails; always stops cleanly."""
+        self.start()
+        try:
+            while not stop.is_set() and self.query.isActive:
+                self.query.awaitTermination(0.5)
+            if not self.query.isActive and self.query.exception():
+                raise RuntimeError(f"streaming query failed: {self.query.exception()}")
+        finally:
+            self.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Offset Watch reference streaming job (PySpark).")
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--hbase-url", required=True)
+    parser.add_argument("--output", required=True, type=Path)
+    parser.add_argument("--trigger-seconds", type=float, default=2.0)
+    parser.add_argument("--max-offsets-per-partition", type=int)
+    parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "offsetwatch-spark")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    from pipeline.spark_session import build_spark_session
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    spark = build_spark_session("offsetwatch-reference-job", args.work_dir)
+    spark.sparkContext.setLogLevel("WARN")
+    job = ReferenceJob(
+        spark,
+        JobConfig(
+            bootstrap=args.bootstrap, topic=args.topic, group=args.group, hbase_url=args.hbase_url,
+            output_path=args.output, trigger_seconds=args.trigger_seconds,
+            max_offsets_per_partition=args.max_offsets_per_partition,
+        ),
+    )
+    try:
+        job.run_until(stop)
+        log.info("stopped gracefully")
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()

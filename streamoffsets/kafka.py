@@ -1,0 +1,106 @@
+"""Kafka side of the library: topic partitions and their low/high watermarks.
+
+Watermarks come from ListOffsets requests (earliest and latest) covering every partition of
+the asked topics at once, so a cycle costs two round trips per broker, not two per partition.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from streamoffsets.errors import OffsetStoreError, StoreUnreachable
+from streamoffsets.types import Watermarks
+
+
+class MissingTopic(OffsetStoreError):
+    """The topic does not exist on the cluster."""
+
+
+@dataclass
+class WatermarkResult:
+    by_topic: dict[str, dict[int, Watermarks]] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+class KafkaWatermarkReader:
+    def __init__(self, bootstrap_servers: str, timeout_s: float = 5.0, config: dict | None = None):
+        self.bootstrap = bootstrap_servers
+        self.timeout_s = timeout_s
+        self.name = f"kafka://{bootstrap_servers}"
+        conf = {
+            "bootstrap.servers": bootstrap_servers,
+            "socket.timeout.ms": int(timeout_s * 1000),
+            "request.timeout.ms": int(timeout_s * 1000),
+            # Fail fast instead of reconnecting forever when the cluster is down.
+            "reconnect.backoff.max.ms": 1000,
+        }
+        conf.update(config or {})
+        self._admin = AdminClient(conf)
+
+    def _topic_metadata(self) -> dict:
+        # Metadata of all topics in one request. Asking for one named topic can auto-create it
+        # on brokers that allow auto-creation (Tansu does), turning a typo into a new topic.
+        try:
+            return self._admin.list_topics(timeout=self.timeout_s).topics
+        except KafkaException as exc:
+            raise StoreUnreachable(self.name, "metadata", f"cannot read topic metadata: {exc}") from exc
+
+    @staticmethod
+    def _partitions_from(metadata: dict, name: str, topic: str) -> list[int]:
+        info = metadata.get(topic)
+        if info is None or info.error is not None:
+            reason = info.error.str() if info is not None and info.error else "not found"
+            raise MissingTopic(name, topic, f"topic does not exist ({reason})")
+        return sorted(info.partitions)
+
+    def partitions(self, topic: str) -> list[int]:
+        return self._partitions_from(self._topic_metadata(), self.name, topic)
+
+    def watermarks(self, topics: list[str]) -> "WatermarkResult":
+        """Low and high watermarks of every partition of each topic.
+
+        A topic that does not exist is reported in `missing` (topic -> reason) so the other
+        topics are still read; an unreachable cluster raises StoreUnreachable.
+        """
+        result = WatermarkResult()
+        tps: list[TopicPartition] = []
+        metadata = self._topic_metadata() if topics else {}
+        for topic in topics:
+            try:
+                tps.extend(TopicPartition(topic, p) for p in self._partitions_from(metadata, self.name, topic))
+                result.by_topic[topic] = {}
+            except MissingTopic as exc:
+                result.missing[topic] = exc.problem
+        if not tps:
+            return result
+        low = self._list_offsets(tps, OffsetSpec.earliest())
+        high = self._list_offsets(tps, OffsetSpec.latest())
+        for tp in tps:
+            key = (tp.topic, tp.partition)
+            result.by_topic[tp.topic][tp.partition] = Watermarks(tp.partition, low[key], high[key])
+        return result
+
+    def topic_watermarks(self, topic: str) -> dict[int, Watermarks]:
+        """One topic's watermarks; MissingTopic if it does not exist."""
+        result = self.watermarks([topic])
+        if topic in result.missing:
+            raise MissingTopic(self.name, topic, result.missing[topic])
+        return result.by_topic[topic]
+
+    def _list_offsets(self, tps: list[TopicPartition], spec: OffsetSpec) -> dict[tuple[str, int], int]:
+        request = {tp: spec for tp in tps}
+        try:
+            futures = self._admin.list_offsets(request, request_timeout=self.timeout_s)
+        except KafkaException as exc:
+            raise StoreUnreachable(self.name, "ListOffsets", str(exc)) from exc
+        out: dict[tuple[str, int], int] = {}
+        for tp, fut in futures.items():
+            try:
+                out[(tp.topic, tp.partition)] = fut.result(timeout=self.timeout_s * 2).offset
+            except Exception as exc:
+                raise StoreUnreachable(
+                    self.name, f"{tp.topic}[{tp.partition}]", f"ListOffsets failed: {exc}"
+                ) from exc
+        return out

@@ -1,0 +1,57 @@
+"""Plain values shared by the stores, the job, the collectors and the dashboard."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, order=True)
+class PipelineKey:
+    """A streaming job's position in a store is kept per (topic, consumer group)."""
+
+    topic: str
+    group: str
+
+
+@dataclass(frozen=True)
+class Watermarks:
+    """A partition's low (earliest still on disk) and high (next to be written) offsets."""
+
+    partition: int
+    low: int
+    high: int
+
+
+@dataclass(frozen=True)
+class BatchOffsets:
+    """The offsets saved after one batch: partition -> next offset to read (the batch's until offset)."""
+
+    topic: str
+    group: str
+    batch_time_ms: int
+    offsets: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def key(self) -> PipelineKey:
+        return PipelineKey(self.topic, self.group)
+
+
+@dataclass(frozen=True)
+class RowProblem:
+    """A stored record that could not be read; kept so it can be shown, never silently dropped."""
+
+    store: str
+    key: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.store}: {self.key!r}: {self.problem}"
+
+
+@dataclass
+class HistoryPage:
+    """Batches read from a store in key order, plus the rows that were skipped and why."""
+
+    batches: list[BatchOffsets] = field(default_factory=list)
+    problems: list[RowProblem] = field(default_factory=list)
+    # True when the page stopped at the caller's limit: more rows may follow.
+    truncated: bool = False

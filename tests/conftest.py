@@ -1,0 +1,82 @@
+"""Session-wide real servers for the tests: one local stack and one SparkSession per run.
+
+Servers start on free loopback ports under a temporary run directory. Set
+`HBASE_THRIFT_URL=host:port` to run every HBase test against a real HBase Thrift server
+instead of the stand-in.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from localstack.components import LOOPBACK, Stack, StackPorts, free_port
+
+
+@dataclass(frozen=True)
+class RunningStack:
+    kafka_bootstrap: str
+    hbase_host: str
+    hbase_port: int
+    zookeeper_hosts: str
+    run_dir: Path
+    real_hbase: bool
+
+
+def _external_hbase() -> tuple[str, int] | None:
+    url = os.environ.get("HBASE_THRIFT_URL", "").strip()
+    if not url:
+        return None
+    url = url.removeprefix("hbase://").split("/", 1)[0]
+    host, _, port = url.partition(":")
+    return host, int(port or 9090)
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory) -> RunningStack:
+    run_dir = tmp_path_factory.mktemp("stack")
+    ports = StackPorts(kafka=free_port(), hbase=free_port(), zookeeper=free_port(), redis=0)
+    local = Stack(run_dir, ports, with_redis=False)  # tests use REDIS_URL's server
+    external = _external_hbase()
+    lines: list[str] = []
+    components = [c for c in local.components() if not (external and c.name == "hbase")]
+    local.log_dir.mkdir(parents=True, exist_ok=True)
+    local.pid_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        for comp in components:
+            local.start_component(comp, progress=lines.append)
+        hbase_host, hbase_port = external or (LOOPBACK, ports.hbase)
+        yield RunningStack(
+            kafka_bootstrap=f"{LOOPBACK}:{ports.kafka}",
+            hbase_host=hbase_host,
+            hbase_port=hbase_port,
+            zookeeper_hosts=f"{LOOPBACK}:{ports.zookeeper}",
+            run_dir=run_dir,
+            real_hbase=external is not None,
+        )
+    finally:
+        for comp in reversed(components):
+            local.stop_component(comp.name)
+        sys.stderr.write("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def unique_name():
+    """A fresh name per test so tests sharing one server never see each other's data."""
+    def make(prefix: str = "t") -> str:
+        return f"{prefix}-{uuid.uuid4().hex[:10]}"
+    return make
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """One local SparkSession for the whole run (starting one costs ~5 s and ~1 GiB)."""
+    from pipeline.spark_session import build_spark_session
+
+    session = build_spark_session("offset-watch-tests", tmp_path_factory.mktemp("spark"))
+    yield session
+    session.stop()

@@ -1,0 +1,39 @@
+"""Named test data built by hand against the real servers."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dashboard import services
+from dashboard.models import Cluster, Store
+from pipeline.producer import ensure_topic, produce
+from streamoffsets.hbase import HBaseOffsetStore
+from streamoffsets.types import BatchOffsets
+
+
+@dataclass
+class Setup:
+    cluster: Cluster
+    store: Store
+    hbase: HBaseOffsetStore
+    topic: str
+
+
+def hbase_store_setup(stack, unique_name, partitions: int = 3, records: int = 0) -> Setup:
+    """A cluster on the test broker, an HBase store with its own table, and a fresh topic."""
+    table = unique_name("offsets").replace("-", "_")
+    url = f"hbase://{stack.hbase_host}:{stack.hbase_port}/{table}"
+    hbase = HBaseOffsetStore.from_url(url)
+    hbase.ensure_table()
+    cluster = services.cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers=stack.kafka_bootstrap)
+    store = services.store_get_or_create(name=unique_name("store"), kind="hbase", url=url, cluster=cluster)
+    topic = unique_name("orders")
+    ensure_topic(stack.kafka_bootstrap, topic, partitions)
+    if records:
+        produce(stack.kafka_bootstrap, topic, partitions, records)
+    return Setup(cluster, store, hbase, topic)
+
+
+def save(setup: Setup, group: str, batch_time_ms: int, offsets: dict[int, int]) -> BatchOffsets:
+    batch = BatchOffsets(setup.topic, group, batch_time_ms, offsets)
+    setup.hbase.save_batch(batch)
+    return batch

@@ -1,0 +1,94 @@
+"""Collector cycles against the real HBase Thrift server (stand-in), Tansu, PostgreSQL and Redis."""
+from __future__ import annotations
+
+import happybase
+import pytest
+
+from collectors.cycle import collect_once
+from dashboard.models import Batch, LagSample, Pipeline, SourceHealth, StoreProblem
+from localstack.components import free_port
+from tests.factories import hbase_store_setup, save
+
+pytestmark = pytest.mark.django_db
+
+
+def test_cycle_stores_exactly_the_batches_in_hbase_and_lag_per_partition(stack, unique_name):
+    s = hbase_store_setup(stack, unique_name, partitions=3, records=30)  # 10 per partition
+    save(s, "billing", 1_700_000_000_000, {0: 2, 1: 3, 2: 4})
+    save(s, "billing", 1_700_000_005_000, {0: 6, 1: 7, 2: 8})
+
+    summary = collect_once()
+
+    assert summary.errors == []
+    pipeline = Pipeline.objects.get(store=s.store, topic=s.topic, group="billing")
+    batches = list(pipeline.batches.order_by("batch_time_ms").values_list("batch_time_ms", "offsets", "records"))
+    assert batches == [
+        (1_700_000_000_000, {"0": 2, "1": 3, "2": 4}, None),  # first batch seen: its start is unknown
+        (1_700_000_005_000, {"0": 6, "1": 7, "2": 8}, 12),
+    ]
+    sample = LagSample.objects.get(pipeline=pipeline)
+    assert {p: v["lag"] for p, v in sample.partitions.items()} == {"0": 4, "1": 3, "2": 2}
+    assert {p: v["high"] for p, v in sample.partitions.items()} == {"0": 10, "1": 10, "2": 10}
+    assert sample.total_lag == 9
+
+
+def test_cycles_are_incremental_and_idempotent(stack, unique_name):
+    s = hbase_store_setup(stack, unique_name, partitions=1, records=5)
+    save(s, "g", 1_700_000_000_000, {0: 1})
+    assert collect_once().batches_added == 1
+    assert collect_once().batches_added == 0
+    save(s, "g", 1_700_000_001_000, {0: 4})
+    assert collect_once().batches_added == 1
+    pipeline = Pipeline.objects.get(store=s.store)
+    assert list(pipeline.batches.order_by("batch_time_ms").values_list("records", flat=True)) == [None, 3]
+    assert pipeline.last_batch_ms == 1_700_000_001_000
+
+
+def test_malformed_row_is_skipped_with_a_visible_problem(stack, unique_name):
+    s = hbase_store_setup(stack, unique_name, partitions=1)
+    save(s, "g", 1_700_000_000_000, {0: 1})
+    conn = happybase.Connection(stack.hbase_host, stack.hbase_port)
+    conn.table(s.hbase.table_name).put(f"{s.topic}:g:1700000000500".encode(), {b"offsets:0": b"twelve"})
+    conn.close()
+    save(s, "g", 1_700_000_001_000, {0: 2})
+
+    summary = collect_once()
+
+    assert summary.errors == []
+    assert Batch.objects.filter(pipeline__store=s.store).count() == 2
+    problem = StoreProblem.objects.get(store=s.store)
+    assert problem.key == f"{s.topic}:g:1700000000500"
+    assert "offset 'twelve' is not a number" in problem.problem
+
+
+def test_unreachable_store_is_recorded_others_go_on_and_it_recovers(stack, unique_name):
+    good = hbase_store_setup(stack, unique_name, partitions=1, records=2)
+    save(good, "g", 1_700_000_000_000, {0: 1})
+    bad = hbase_store_setup(stack, unique_name, partitions=1)
+    real_url = bad.store.url
+    bad.store.url = f"hbase://127.0.0.1:{free_port()}/nowhere"
+    bad.store.save()
+
+    summary = collect_once()
+
+    assert len(summary.errors) == 1 and "nowhere" in summary.errors[0]
+    health = SourceHealth.objects.get(source=f"store:{bad.store.pk}")
+    assert health.consecutive_failures == 1 and "cannot reach the HBase Thrift server" in health.last_error
+    assert Batch.objects.filter(pipeline__store=good.store).count() == 1
+
+    bad.store.url = real_url
+    bad.store.save()
+    assert collect_once().errors == []
+    health.refresh_from_db()
+    assert health.consecutive_failures == 0 and health.last_success_at >= health.last_error_at
+
+
+def test_unreachable_cluster_is_recorded_without_losing_batches(stack, unique_name):
+    s = hbase_store_setup(stack, unique_name, partitions=1)
+    save(s, "g", 1_700_000_000_000, {0: 1})
+    s.cluster.bootstrap_servers = f"127.0.0.1:{free_port()}"
+    s.cluster.save()
+    summary = collect_once()
+    assert len(summary.errors) == 1 and "kafka://127.0.0.1" in summary.errors[0]
+    assert Batch.objects.filter(pipeline__store=s.store).count() == 1
+    assert SourceHealth.objects.get(source=f"cluster:{s.cluster.pk}").consecutive_failures == 1

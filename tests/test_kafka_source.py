@@ -1,0 +1,292 @@
+"""The Kafka streaming source (pipeline/kafka_source.py) against a real Tansu broker.
+
+Plain tests cover option parsing and limit splitting; the broker tests call the reader
+directly; the `spark` tests run real streaming queries into foreachBatch.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql.datasource import CaseInsensitiveDict
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from localstack.components import Stack, StackPorts, free_port
+from pipeline.kafka_source import (
+    KafkaDataSource,
+    KafkaInputPartition,
+    parse_starting_offsets,
+    split_limit,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+QUERY_TIMEOUT_S = 60
+
+
+@pytest.fixture(scope="module")
+def kafka_bootstrap(request, tmp_path_factory):
+    """The session stack's broker; until localstack/hbase_standin.py exists (being written
+    concurrently) the full stack cannot start, so fall back to a Tansu of our own."""
+    if (ROOT / "localstack" / "hbase_standin.py").exists():
+        yield request.getfixturevalue("stack").kafka_bootstrap
+        return
+    run_dir = tmp_path_factory.mktemp("kafka-only")
+    local = Stack(run_dir, StackPorts(kafka=free_port(), hbase=0, zookeeper=0, redis=0), with_redis=False)
+    local.log_dir.mkdir(parents=True, exist_ok=True)
+    local.pid_dir.mkdir(parents=True, exist_ok=True)
+    kafka = next(c for c in local.components() if c.name == "kafka")
+    local.start_component(kafka, progress=lambda line: None)
+    try:
+        yield f"127.0.0.1:{kafka.port}"
+    finally:
+        local.stop_component("kafka")
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def make_topic(bootstrap: str, topic: str, partitions: int = 3) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1)], operation_timeout=10, request_timeout=10
+    )
+    futures[topic].result(timeout=10)
+
+
+def produce(bootstrap: str, topic: str, counts: dict[int, int], tag: str = "v", first: int = 0) -> None:
+    """`counts[p]` records to partition p, values f"{tag}-{p}-{i}" for i from `first`.
+    One record per produce request: Tansu's high watermark is wrong for multi-record batches."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+    for p, n in counts.items():
+        for i in range(first, first + n):
+            producer.produce(topic, key=f"k{i}".encode(), value=f"{tag}-{p}-{i}".encode(), partition=p)
+            producer.poll(0)
+    assert producer.flush(10) == 0, "records still unsent after 10 s"
+
+
+def options(bootstrap: str, topic: str, **extra: str) -> dict[str, str]:
+    return {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, **extra}
+
+
+def reader(opts: dict[str, str]):
+    return KafkaDataSource(CaseInsensitiveDict(opts)).streamReader(None)
+
+
+def run_query(spark, tmp_path, opts: dict[str, str], trigger: dict, steps=()) -> list[tuple[int, list]]:
+    """Run a query into foreachBatch; returns [(batch_id, rows)] for the non-empty batches.
+    With a processingTime trigger, each of `steps` runs after processAllAvailable()."""
+    spark.dataSource.register(KafkaDataSource)
+    batches: list[tuple[int, list]] = []
+
+    def collect(df, batch_id):
+        rows = [tuple(r) for r in df.collect()]
+        if rows:
+            batches.append((batch_id, rows))
+
+    df = spark.readStream.format("offsetwatch_kafka").options(**opts).load()
+    query = (
+        df.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(**trigger)
+        .start()
+    )
+    try:
+        if "availableNow" in trigger:
+            assert query.awaitTermination(QUERY_TIMEOUT_S), "availableNow query did not finish"
+        else:
+            query.processAllAvailable()
+            for step in steps:
+                step(batches)
+                query.processAllAvailable()
+        if query.exception():
+            raise AssertionError(f"query failed: {query.exception()}")
+    finally:
+        query.stop()
+    return batches
+
+
+def keyed(batches) -> list[tuple[int, int, str]]:
+    return sorted((r[1], r[2], r[5].decode()) for _, rows in batches for r in rows)
+
+
+def expected(counts: dict[int, range], tag: str = "v") -> list[tuple[int, int, str]]:
+    return sorted((p, i, f"{tag}-{p}-{i}") for p, offsets in counts.items() for i in offsets)
+
+
+# --- plain tests: option parsing and limits ------------------------------------------------
+
+
+def test_starting_offsets_keywords():
+    assert parse_starting_offsets("earliest", "t") == "earliest"
+    assert parse_starting_offsets(" LATEST ", "t") == "latest"
+    assert parse_starting_offsets(None, "t") == "latest"  # Spark's default for streams
+
+
+def test_starting_offsets_json_keeps_spark_sentinels():
+    got = parse_starting_offsets('{"t": {"0": 23, "1": -2, "2": -1}}', "t")
+    assert got == {0: 23, 1: -2, 2: -1}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        '{"t": {"0": 5}',  # not JSON
+        "[1, 2]",
+        '{"other": {"0": 1}}',
+        '{"t": {"0": 1}, "other": {"0": 1}}',
+        '{"t": {"zero": 1}}',
+        '{"t": {"0": -3}}',
+        '{"t": {"0": "5"}}',
+    ],
+)
+def test_starting_offsets_invalid_names_the_option(value):
+    with pytest.raises(ValueError, match="startingOffsets"):
+        parse_starting_offsets(value, "t")
+
+
+def test_required_and_numeric_options():
+    with pytest.raises(ValueError, match="kafka.bootstrap.servers"):
+        reader({"subscribe": "t"})
+    with pytest.raises(ValueError, match="subscribe"):
+        reader({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "a,b"})
+    with pytest.raises(ValueError, match="maxOffsetsPerTrigger"):
+        reader(options("127.0.0.1:1", "t", maxOffsetsPerTrigger="0"))
+
+
+def test_split_limit_is_fair_and_never_exceeds_the_limit():
+    assert split_limit({0: 10, 1: 10, 2: 10}, 9) == {0: 3, 1: 3, 2: 3}
+    assert split_limit({0: 10, 1: 1, 2: 10}, 9) == {0: 4, 1: 1, 2: 4}  # unused share moves on
+    assert split_limit({0: 2, 1: 2}, 100) == {0: 2, 1: 2}
+    assert split_limit({0: 1, 1: 5, 2: 3}, 2) == {0: 0, 1: 1, 2: 1}  # largest backlogs first
+    assert split_limit({0: 0}, 5) == {0: 0}
+
+
+def test_default_read_limit_follows_options():
+    assert reader(options("b:1", "t")).getDefaultReadLimit() == ReadAllAvailable()
+    assert reader(options("b:1", "t", maxOffsetsPerTrigger="7")).getDefaultReadLimit() == ReadMaxRows(7)
+    assert isinstance(reader(options("b:1", "t", maxOffsetsPerPartition="3")).getDefaultReadLimit(), ReadMaxRows)
+
+
+# --- the reader against the broker (no Spark) --------------------------------------------
+
+
+def test_offsets_against_broker(kafka_bootstrap, unique_name):
+    topic = unique_name("ks")
+    make_topic(kafka_bootstrap, topic)
+    produce(kafka_bootstrap, topic, {0: 6, 1: 6, 2: 6})
+    r = reader(options(kafka_bootstrap, topic, startingOffsets=f'{{"{topic}": {{"0": 4, "2": -1}}}}',
+                       maxOffsetsPerPartition="3"))
+    try:
+        start = r.initialOffset()
+        assert start == {"0": 4, "1": 0, "2": 6}
+        assert r.latestOffset(start, r.getDefaultReadLimit()) == {"0": 6, "1": 3, "2": 6}
+        assert r.latestOffset(start, ReadMaxRows(2)) == {"0": 5, "1": 1, "2": 6}
+        assert r.latestOffset(start, ReadAllAvailable()) == {"0": 6, "1": 6, "2": 6}  # Trigger.Once
+        assert r.reportLatestOffset() == {"0": 6, "1": 6, "2": 6}
+        r.prepareForTriggerAvailableNow()
+        produce(kafka_bootstrap, topic, {1: 2}, first=6)
+        assert r.latestOffset({"0": 6, "1": 6, "2": 6}, ReadAllAvailable()) == {"0": 6, "1": 6, "2": 6}
+    finally:
+        r.stop()
+
+
+def test_broker_errors_name_topic_partition_and_broker(kafka_bootstrap, unique_name):
+    topic = unique_name("ks")
+    make_topic(kafka_bootstrap, topic)
+    produce(kafka_bootstrap, topic, {0: 3})
+    r = reader(options(kafka_bootstrap, topic, startingOffsets=f'{{"{topic}": {{"0": 9}}}}'))
+    with pytest.raises(ValueError, match=rf"outside the available range \[0, 3\].*'{topic}' partition 0 on broker"):
+        r.initialOffset()
+    r.stop()
+    missing = reader(options(kafka_bootstrap, unique_name("missing"), **{"kafka.request.timeout.ms": "3000"}))
+    with pytest.raises(RuntimeError, match=f"on broker {kafka_bootstrap}: topic not found"):
+        missing.initialOffset()
+    missing.stop()
+    bad = reader(options(kafka_bootstrap, topic, **{"kafka.security.protocol": "bogus"}))  # passed through
+    with pytest.raises(RuntimeError, match=f"'{topic}' on broker {kafka_bootstrap}: cannot create a Kafka consumer"):
+        bad.initialOffset()
+
+    # read() must fail, not hang, when the broker never reaches the planned end offset.
+    slow = reader(options(kafka_bootstrap, topic, **{"kafkaConsumer.pollTimeoutMs": "1000"}))
+    rows = []
+    with pytest.raises(RuntimeError, match=rf"'{topic}' partition 0 on broker .*\[1, 10\).*stuck at offset 3"):
+        for row in slow.read(KafkaInputPartition(topic, 0, 1, 10)):
+            rows.append(row)
+    assert [r[2] for r in rows] == [1, 2]
+
+
+# --- streaming queries ----------------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_available_now_reads_every_record_once(spark, kafka_bootstrap, unique_name, tmp_path):
+    topic = unique_name("ks")
+    make_topic(kafka_bootstrap, topic)
+    produce(kafka_bootstrap, topic, {0: 20, 1: 20, 2: 20})
+    batches = run_query(spark, tmp_path, options(kafka_bootstrap, topic, startingOffsets="earliest"),
+                        {"availableNow": True})
+    assert keyed(batches) == expected({p: range(20) for p in range(3)})
+    row = batches[0][1][0]
+    assert row[0] == topic and row[3] is not None and row[4].startswith(b"k")
+
+
+@pytest.mark.spark
+def test_starting_offsets_json_starts_exactly_there(spark, kafka_bootstrap, unique_name, tmp_path):
+    topic = unique_name("ks")
+    make_topic(kafka_bootstrap, topic)
+    produce(kafka_bootstrap, topic, {0: 10, 1: 10, 2: 10})
+    starting = f'{{"{topic}": {{"0": 7, "2": -1}}}}'  # partition 1 unnamed: earliest
+    batches = run_query(spark, tmp_path, options(kafka_bootstrap, topic, startingOffsets=starting),
+                        {"availableNow": True})
+    assert keyed(batches) == expected({0: range(7, 10), 1: range(10)})
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("option, value, batches_at_least", [
+    ("maxOffsetsPerPartition", "4", 3),  # 10 per partition -> 4 + 4 + 2
+    ("maxOffsetsPerTrigger", "7", 5),  # 30 in all -> 7 + 7 + 7 + 7 + 2
+])
+def test_limits_split_into_batches(spark, kafka_bootstrap, unique_name, tmp_path, option, value, batches_at_least):
+    topic = unique_name("ks")
+    make_topic(kafka_bootstrap, topic)
+    produce(kafka_bootstrap, topic, {0: 10, 1: 10, 2: 10})
+    opts = options(kafka_bootstrap, topic, startingOffsets="earliest", **{option: value})
+    batches = run_query(spark, tmp_path, opts, {"availableNow": True})
+    assert keyed(batches) == expected({p: range(10) for p in range(3)})
+    assert len(batches) >= batches_at_least
+    for _, rows in batches:
+        if option == "maxOffsetsPerTrigger":
+            assert len(rows) <= int(value)
+        else:
+            for p in range(3):
+                assert sum(1 for r in rows if r[1] == p) <= int(value)
+
+
+@pytest.mark.spark
+def test_records_produced_later_arrive_in_later_batches(spark, kafka_bootstrap, unique_name, tmp_path):
+    topic = unique_name("ks")
+    make_topic(kafka_bootstrap, topic)
+    produce(kafka_bootstrap, topic, {0: 3, 1: 3, 2: 3}, tag="old")  # before start: skipped ("latest")
+    seen_after_a: list[int] = []
+
+    def round_a(batches):
+        produce(kafka_bootstrap, topic, {0: 4, 1: 4, 2: 4}, tag="a", first=3)
+
+    def round_b(batches):
+        seen_after_a.extend(batch_id for batch_id, _ in batches)
+        produce(kafka_bootstrap, topic, {0: 2, 2: 5}, tag="b", first=7)
+
+    t0 = time.monotonic()
+    batches = run_query(spark, tmp_path, options(kafka_bootstrap, topic, startingOffsets="latest"),
+                        {"processingTime": "200 milliseconds"}, steps=[round_a, round_b])
+    assert time.monotonic() - t0 < QUERY_TIMEOUT_S
+    got = keyed(batches)
+    want_a = expected({p: range(3, 7) for p in range(3)}, tag="a")
+    want_b = expected({0: range(7, 9), 2: range(7, 12)}, tag="b")
+    assert got == sorted(want_a + want_b)
+    assert seen_after_a, "round A was not read before round B was produced"
+    b_batches = {bid for bid, rows in batches if any(r[5].startswith(b"b-") for r in rows)}
+    assert min(b_batches) > max(seen_after_a)
