@@ -166,11 +166,6 @@ class _Table:
                 del self.keys[i]
 
 
-# A read's column restriction: None = every family; else family -> None (whole family) or the
-# set of qualifiers. Built with Get/Scan.addFamily/addColumn semantics (see _column_spec).
-_ColumnSpec = "dict[bytes, set[bytes] | None] | None"
-
-
 def _parse_column(column: bytes) -> tuple[bytes, bytes | None]:
     """CellUtil.parseColumn: split at the first ':'; no ':' means the whole family.
 
@@ -306,7 +301,7 @@ def _parse_filter_string(text: bytes) -> _Filters:
 @dataclass
 class _Scanner:
     table: _Table
-    spec: object  # _ColumnSpec
+    spec: dict | None  # column restriction, see Handler._column_spec
     start: bytes
     stop: bytes
     before: int | None  # exclusive upper time bound (setTimeRange(0, ts)); None = unbounded
@@ -395,7 +390,7 @@ class Handler:
         name = _to_bytes(name)
         namespace, sep, qualifier = name.rpartition(b":")
         if sep:
-            if not namespace or not all(chr(c).isalnum() or c == ord("_") for c in namespace):
+            if not namespace or not all(chr(c).isascii() and (chr(c).isalnum() or c == ord("_")) for c in namespace):
                 raise IllegalArgument(message=f"Illegal namespace in table name {name!r}")
             if namespace != b"default":
                 raise HbaseIOError(
@@ -558,9 +553,7 @@ class Handler:
 
     def _delete(self, table: _Table, key: bytes, family: bytes, qualifier: bytes | None, ts: int) -> None:
         """Delete.addFamily(f, ts) / addColumns(f, q, ts): every version with timestamp <= ts."""
-        row = table.rows.get(key)
-        if row is None:
-            row = table.row_for_write(key)
+        row = table.row_for_write(key)  # markers are kept even when the row has no cells yet
         if qualifier is None:
             row.family_markers[family] = max(ts, row.family_markers.get(family, -1))
             quals = row.cells.get(family, {})

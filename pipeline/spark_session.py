@@ -1,6 +1,7 @@
 """One place that builds the local SparkSession the job and the tests use."""
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -12,6 +13,9 @@ def build_spark_session(app_name: str, work_dir: Path, master: str | None = None
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
+
+    # py4j logs its connection shutdown at INFO from __del__, after logging is torn down.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
