@@ -355,28 +355,36 @@ class Stack:
         return rows
 
 
-def stop_process_group(pid: int, timeout_s: float = 10.0) -> None:
-    """SIGTERM the process group led by `pid`, then SIGKILL after `timeout_s`."""
+def _alive(pid: int) -> bool:
     try:
-        os.killpg(pid, signal.SIGTERM)
+        # Reap it if it is our child, so a finished process does not linger as a zombie.
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+        return True
     except ProcessLookupError:
-        return
-    except PermissionError:
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        # Reap it if it is our child, so it does not linger as a zombie.
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                return
-        except ChildProcessError:
-            pass
-        time.sleep(0.1)
+        return False
+
+
+def stop_process_group(pid: int, timeout_s: float = 10.0) -> None:
+    """Stop a process we started in its own session, then anything left in its group.
+
+    SIGTERM goes to the leader alone first: the PySpark job's JVM shares its group, and
+    the job must stop its query and Spark itself (graceful stop) before the JVM goes.
+    """
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         pass
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(1.0 if sig == signal.SIGTERM else 0)

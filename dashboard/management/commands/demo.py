@@ -41,7 +41,9 @@ class Command(BaseCommand):
     def handle(self, *args, port: int, rate: float, partitions: int, **options):
         t_start = time.monotonic()
         stop = threading.Event()
+        # Handled explicitly: a shell that starts us in the background leaves SIGINT ignored.
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
         stack = configured_stack()
         started: list[str] = []
         say = lambda line: self.stdout.write(line)  # noqa: E731
@@ -55,6 +57,7 @@ class Command(BaseCommand):
                     started.append(comp.name)
 
             say("[2/4] database and demo data")
+            self._fresh_embedded_database(say)
             call_command("migrate", interactive=False, verbosity=0)
             username, password = self._demo_user()
             cluster = services.cluster_get_or_create(name="local", bootstrap_servers=settings.KAFKA_BOOTSTRAP)
@@ -82,8 +85,6 @@ class Command(BaseCommand):
                     if stack.running_pid(name) is None:
                         raise CommandError(f"{name} exited unexpectedly; see {stack.log_file(name)}")
                 stop.wait(2)
-        except KeyboardInterrupt:
-            pass
         except StackError as exc:
             raise CommandError(str(exc)) from exc
         finally:
@@ -92,6 +93,19 @@ class Command(BaseCommand):
                 # The job finishes its batch in flight and saves its offsets: give it time.
                 if stack.stop_component(name, timeout_s=90 if name == "spark-job" else 15):
                     say(f"  {name:<10} stopped")
+
+    def _fresh_embedded_database(self, say) -> None:
+        """The local stack keeps Kafka and HBase in memory only, so yesterday's batches no longer
+        exist: start the embedded demo database afresh. A configured DATABASE_URL is never touched."""
+        if "DATABASE_URL" in os.environ or "sqlite3" not in settings.DATABASES["default"]["ENGINE"]:
+            return
+        from django.db import connections
+
+        connections.close_all()
+        path = Path(settings.DATABASES["default"]["NAME"])
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        say(f"  database   fresh demo database at {path}")
 
     def _demo_user(self) -> tuple[str, str]:
         username = "demo"
