@@ -6,7 +6,6 @@ directly; the `spark` tests run real streaming queries into foreachBatch.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -14,7 +13,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql.datasource import CaseInsensitiveDict
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from localstack.components import Stack, StackPorts, free_port
 from pipeline.kafka_source import (
     KafkaDataSource,
     KafkaInputPartition,
@@ -22,27 +20,12 @@ from pipeline.kafka_source import (
     split_limit,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 QUERY_TIMEOUT_S = 60
 
 
 @pytest.fixture(scope="module")
-def kafka_bootstrap(request, tmp_path_factory):
-    """The session stack's broker; until localstack/hbase_standin.py exists (being written
-    concurrently) the full stack cannot start, so fall back to a Tansu of our own."""
-    if (ROOT / "localstack" / "hbase_standin.py").exists():
-        yield request.getfixturevalue("stack").kafka_bootstrap
-        return
-    run_dir = tmp_path_factory.mktemp("kafka-only")
-    local = Stack(run_dir, StackPorts(kafka=free_port(), hbase=0, zookeeper=0, redis=0), with_redis=False)
-    local.log_dir.mkdir(parents=True, exist_ok=True)
-    local.pid_dir.mkdir(parents=True, exist_ok=True)
-    kafka = next(c for c in local.components() if c.name == "kafka")
-    local.start_component(kafka, progress=lambda line: None)
-    try:
-        yield f"127.0.0.1:{kafka.port}"
-    finally:
-        local.stop_component("kafka")
+def kafka_bootstrap(stack):
+    return stack.kafka_bootstrap
 
 
 # --- helpers ----------------------------------------------------------------------------------
