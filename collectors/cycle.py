@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.conf import settings
 from django.utils import timezone
@@ -31,11 +33,41 @@ def _describe(exc: Exception) -> str:
     return str(exc) if isinstance(exc, OffsetStoreError) else f"{type(exc).__name__}: {exc}"
 
 
-def poll_store(store_id: int) -> int:
-    """Read one store's new batches. Returns batches added; errors are recorded, not raised."""
-    store = Store.objects.select_related("cluster").get(pk=store_id)
-    started, t0 = timezone.now(), time.monotonic()
+class SourceFailed(Exception):
+    """A source's poll failed; its health row already says why."""
+
+
+@dataclass
+class PollOutcome:
+    started_at: datetime
+    # A partial failure (e.g. one missing topic) that does not stop the poll but must be shown.
+    warning: str | None = None
+
+
+@contextmanager
+def _polling(source: str, label: str):
+    """Record the poll of one source in SourceHealth; a failure becomes SourceFailed."""
+    outcome, t0 = PollOutcome(timezone.now()), time.monotonic()
     try:
+        yield outcome
+    except Exception as exc:  # any failure of one source is recorded and the cycle goes on
+        error = _describe(exc)
+        log.warning("%s failed: %s", label, error)
+        services.source_health_record(
+            source=source, label=label, started_at=outcome.started_at,
+            duration_ms=int((time.monotonic() - t0) * 1000), error=error,
+        )
+        raise SourceFailed(error) from exc
+    services.source_health_record(
+        source=source, label=label, started_at=outcome.started_at,
+        duration_ms=int((time.monotonic() - t0) * 1000), error=outcome.warning,
+    )
+
+
+def poll_store(store_id: int) -> int:
+    """Read one store's new batches. Returns batches added; a failure raises SourceFailed."""
+    store = Store.objects.select_related("cluster").get(pk=store_id)
+    with _polling(f"store:{store.pk}", f"store {store.name} ({store.url})"):
         if store.kind != Store.Kind.HBASE:
             raise OffsetStoreError(store.url, store.kind, "store kind not supported yet")
         reading = read_hbase_store(
@@ -44,51 +76,18 @@ def poll_store(store_id: int) -> int:
             max_batches=settings.MAX_BATCHES_PER_CYCLE,
             timeout_ms=int(settings.IO_TIMEOUT_S * 1000),
         )
-        added = services.store_reading_record(store=store, reading=reading)
-    except Exception as exc:  # any failure of one source is recorded and the cycle goes on
-        error = _describe(exc)
-        log.warning("store %s (%s) failed: %s", store.name, store.url, error)
-        services.source_health_record(
-            source=f"store:{store.pk}", label=f"store {store.name} ({store.url})", started_at=started,
-            duration_ms=int((time.monotonic() - t0) * 1000), error=error,
-        )
-        raise SourceFailed(error) from exc
-    services.source_health_record(
-        source=f"store:{store.pk}", label=f"store {store.name} ({store.url})", started_at=started,
-        duration_ms=int((time.monotonic() - t0) * 1000),
-    )
-    return added
+        return services.store_reading_record(store=store, reading=reading)
 
 
 def poll_cluster(cluster_id: int) -> int:
     """Sample the watermarks of every topic tracked on a cluster and record lag. Returns lag samples."""
     cluster = Cluster.objects.get(pk=cluster_id)
-    started, t0 = timezone.now(), time.monotonic()
-    label = f"cluster {cluster.name} ({cluster.bootstrap_servers})"
-    try:
+    with _polling(f"cluster:{cluster.pk}", f"cluster {cluster.name} ({cluster.bootstrap_servers})") as outcome:
         topics = selectors.cluster_topics(cluster=cluster)
         result = read_watermarks(cluster.bootstrap_servers, topics, timeout_s=settings.IO_TIMEOUT_S)
-        samples = services.watermarks_record(cluster=cluster, result=result, sampled_at=started)
-        error = None
         if result.missing:
-            error = "; ".join(f"topic {t!r}: {why}" for t, why in sorted(result.missing.items()))
-    except Exception as exc:
-        error = _describe(exc)
-        log.warning("cluster %s failed: %s", cluster.name, error)
-        services.source_health_record(
-            source=f"cluster:{cluster.pk}", label=label, started_at=started,
-            duration_ms=int((time.monotonic() - t0) * 1000), error=error,
-        )
-        raise SourceFailed(error) from exc
-    services.source_health_record(
-        source=f"cluster:{cluster.pk}", label=label, started_at=started,
-        duration_ms=int((time.monotonic() - t0) * 1000), error=error,
-    )
-    return samples
-
-
-class SourceFailed(Exception):
-    """A source's poll failed; its health row already says why."""
+            outcome.warning = "; ".join(f"topic {t!r}: {why}" for t, why in sorted(result.missing.items()))
+        return services.watermarks_record(cluster=cluster, result=result, sampled_at=outcome.started_at)
 
 
 def collect_once() -> CycleSummary:

@@ -25,25 +25,23 @@ def collect_all() -> None:
         poll_cluster.delay(cluster_id)
 
 
-@shared_task(name="collectors.tasks.poll_store", ignore_result=True, soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
-def poll_store(store_id: int) -> None:
-    with source_lock(f"store:{store_id}", ttl_s=HARD_LIMIT_S) as acquired:
+def _poll_alone(source: str, poll, pk: int) -> None:
+    """Run one source's poll unless another poll of it is still running."""
+    with source_lock(source, ttl_s=HARD_LIMIT_S) as acquired:
         if not acquired:
-            log.info("store %s: previous poll still running, skipped", store_id)
+            log.info("%s: previous poll still running, skipped", source)
             return
         try:
-            cycle.poll_store(store_id)
+            poll(pk)
         except cycle.SourceFailed:
             pass  # recorded in SourceHealth; the next cycle retries
 
 
+@shared_task(name="collectors.tasks.poll_store", ignore_result=True, soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
+def poll_store(store_id: int) -> None:
+    _poll_alone(f"store:{store_id}", cycle.poll_store, store_id)
+
+
 @shared_task(name="collectors.tasks.poll_cluster", ignore_result=True, soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
 def poll_cluster(cluster_id: int) -> None:
-    with source_lock(f"cluster:{cluster_id}", ttl_s=HARD_LIMIT_S) as acquired:
-        if not acquired:
-            log.info("cluster %s: previous poll still running, skipped", cluster_id)
-            return
-        try:
-            cycle.poll_cluster(cluster_id)
-        except cycle.SourceFailed:
-            pass
+    _poll_alone(f"cluster:{cluster_id}", cycle.poll_cluster, cluster_id)

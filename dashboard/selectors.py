@@ -37,7 +37,7 @@ def _source_reasons(health: SourceHealth | None, what: str, now: datetime) -> li
     if health.consecutive_failures:
         since = health.last_success_at.isoformat(timespec="seconds") if health.last_success_at else "never"
         reasons.append(
-            f"{health.label} is unreachable ({health.consecutive_failures} failed polls, last success {since}): "
+            f"{health.label}: the last {health.consecutive_failures} poll(s) failed (last success {since}): "
             f"{health.last_error}"
         )
     elif health.last_success_at and (now - health.last_success_at).total_seconds() > settings.STALE_AFTER_S:

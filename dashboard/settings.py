@@ -56,7 +56,8 @@ def env_float(name: str, default: float) -> float:
 def database_from_url(url: str) -> dict:
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
-        path = unquote(parsed.path) or str(RUN_DIR / "offsetwatch.sqlite3")
+        # sqlite:///relative/path or sqlite:////absolute/path, as dj-database-url reads them.
+        path = unquote(parsed.path)[1:] or str(RUN_DIR / "offsetwatch.sqlite3")
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": path,

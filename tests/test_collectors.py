@@ -7,6 +7,7 @@ import pytest
 from collectors.cycle import collect_once
 from dashboard.models import Batch, LagSample, Pipeline, SourceHealth, StoreProblem
 from localstack.components import free_port
+from streamoffsets.types import BatchOffsets
 from tests.factories import hbase_store_setup, save
 
 pytestmark = pytest.mark.django_db
@@ -92,3 +93,17 @@ def test_unreachable_cluster_is_recorded_without_losing_batches(stack, unique_na
     assert len(summary.errors) == 1 and "kafka://127.0.0.1" in summary.errors[0]
     assert Batch.objects.filter(pipeline__store=s.store).count() == 1
     assert SourceHealth.objects.get(source=f"cluster:{s.cluster.pk}").consecutive_failures == 1
+
+
+def test_a_deleted_topic_is_reported_and_other_topics_keep_their_lag(stack, unique_name):
+    s = hbase_store_setup(stack, unique_name, partitions=1, records=3)
+    save(s, "g", 1_700_000_000_000, {0: 1})
+    s.hbase.save_batch(BatchOffsets("never-created-topic", "g", 1_700_000_000_000, {0: 5}))
+
+    summary = collect_once()
+
+    assert len(summary.errors) == 0  # the cycle completed; the problem is on the cluster's health
+    health = SourceHealth.objects.get(source=f"cluster:{s.cluster.pk}")
+    assert "topic 'never-created-topic'" in health.last_error and "does not exist" in health.last_error
+    assert LagSample.objects.get(pipeline__topic=s.topic).total_lag == 2
+    assert not LagSample.objects.filter(pipeline__topic="never-created-topic").exists()

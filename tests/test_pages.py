@@ -67,8 +67,9 @@ def test_stale_data_is_said_not_shown_as_current(client, alice, stack, unique_na
     collect_once()
     pipeline = Pipeline.objects.get(store=s.store)
     html = client.get(reverse("pipeline_live", args=[pipeline.pk])).content.decode()
-    assert "Data is stale" in html and "is unreachable" in html and "hbase://127.0.0.1:1/gone" in html
-    assert "is unreachable" in client.get(reverse("overview")).content.decode()
+    assert "Data is stale" in html and "poll(s) failed" in html and "cannot reach the HBase Thrift server" in html
+    assert "hbase://127.0.0.1:1/gone" in html
+    assert "polls failing since" in client.get(reverse("overview")).content.decode()
 
 
 def test_hostile_group_names_are_escaped(client, alice, stack, unique_name):
