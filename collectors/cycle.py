@@ -14,7 +14,7 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
-from collectors.readers import read_hbase_store, read_watermarks
+from collectors.readers import read_store, read_watermarks
 from dashboard import selectors, services
 from dashboard.models import Cluster, Store
 from streamoffsets.errors import OffsetStoreError
@@ -68,13 +68,11 @@ def poll_store(store_id: int) -> int:
     """Read one store's new batches. Returns batches added; a failure raises SourceFailed."""
     store = Store.objects.select_related("cluster").get(pk=store_id)
     with _polling(f"store:{store.pk}", f"store {store.name} ({store.url})"):
-        if store.kind != Store.Kind.HBASE:
-            raise OffsetStoreError(store.url, store.kind, "store kind not supported yet")
-        reading = read_hbase_store(
+        reading = read_store(
             store.url,
             selectors.store_positions(store=store),
             max_batches=settings.MAX_BATCHES_PER_CYCLE,
-            timeout_ms=int(settings.IO_TIMEOUT_S * 1000),
+            timeout_s=settings.IO_TIMEOUT_S,
         )
         return services.store_reading_record(store=store, reading=reading)
 

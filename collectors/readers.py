@@ -1,10 +1,11 @@
 """Store readers and the watermark reader: they read, they never evaluate or write the database."""
 from __future__ import annotations
 
+from contextlib import closing
 from dataclasses import dataclass, field
 
-from streamoffsets.hbase import HBaseOffsetStore
 from streamoffsets.kafka import KafkaWatermarkReader, WatermarkResult
+from streamoffsets.store import open_store
 from streamoffsets.types import BatchOffsets, PipelineKey, RowProblem
 
 
@@ -14,18 +15,17 @@ class StoreReading:
     # New batches per pipeline (batch time > the position given), oldest first.
     batches: dict[PipelineKey, list[BatchOffsets]] = field(default_factory=dict)
     problems: list[RowProblem] = field(default_factory=list)
+    # False for stores that keep only the current offsets: each reading is then a sample.
+    keeps_history: bool = True
 
 
-def read_hbase_store(
-    url: str, positions: dict[PipelineKey, int], max_batches: int, timeout_ms: int
-) -> StoreReading:
-    """Discover the pipelines in an HBase table and read each one's batches after its position."""
-    reading = StoreReading()
-    with HBaseOffsetStore.from_url(url, timeout_ms=timeout_ms) as store:
+def read_store(url: str, positions: dict[PipelineKey, int], max_batches: int, timeout_s: float) -> StoreReading:
+    """Discover the pipelines in a store and read each one's batches after its position."""
+    with closing(open_store(url, timeout_s=timeout_s)) as store:
+        reading = StoreReading(keeps_history=store.keeps_history)
         reading.pipelines, reading.problems = store.list_pipelines()
         for key in reading.pipelines:
-            start = positions.get(key, -1) + 1
-            page = store.history(key.topic, key.group, start_ms=start, limit=max_batches)
+            page = store.history(key.topic, key.group, start_ms=positions.get(key, -1) + 1, limit=max_batches)
             reading.batches[key] = page.batches
             reading.problems.extend(page.problems)
     return reading

@@ -20,16 +20,36 @@ class Store(models.Model):
     """An offset store (e.g. one HBase table) holding the offsets of jobs reading `cluster`."""
 
     class Kind(models.TextChoices):
-        HBASE = "hbase", "HBase"
+        HBASE = "hbase", "HBase (Cloudera layout)"
+        ZOOKEEPER = "zookeeper", "ZooKeeper (/consumers layout)"
+        KAFKA = "kafka", "Kafka consumer-group offsets"
+        FILE = "file", "Offset file (<root>/<group>/<topic>/gtoffset)"
+        CHECKPOINT = "checkpoint", "Spark Structured Streaming checkpoint (read-only)"
 
     name = models.CharField(max_length=200, unique=True)
     kind = models.CharField(max_length=20, choices=Kind.choices)
-    url = models.CharField(max_length=1000, help_text="e.g. hbase://host:9090/stream_kafka_offsets")
+    url = models.CharField(
+        max_length=1000,
+        help_text="hbase://host:9090/table, zk://host:2181/chroot, kafka://bootstrap:9092, file:///root "
+        "or checkpoint:///path",
+    )
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="stores")
     enabled = models.BooleanField(default=True)
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from streamoffsets.store import store_kind_of_url
+
+        try:
+            kind = store_kind_of_url(self.url)
+        except ValueError as exc:
+            raise ValidationError({"url": str(exc)}) from None
+        if self.kind and kind != self.kind:
+            raise ValidationError({"url": f"a {self.get_kind_display()} store needs a {self.kind} URL, not {kind}"})
 
 
 class SourceHealth(models.Model):
@@ -73,11 +93,18 @@ class Pipeline(models.Model):
 
 
 class Batch(models.Model):
-    """One batch's saved offsets: partition (as text) -> next offset to read."""
+    """One batch's saved offsets: partition (as text) -> next offset to read.
+
+    For stores without history (ZooKeeper, Kafka groups, offset files) a Batch is a sample whose
+    offsets differed from the previous one.
+    """
 
     pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="batches")
     batch_time_ms = models.BigIntegerField()
     offsets = models.JSONField()
+    # Spark checkpoints number their batches; a planned batch has offsets/N but no commits/N yet.
+    batch_id = models.BigIntegerField(null=True)
+    committed = models.BooleanField(default=True)
     # Records in the batch = sum over partitions of (offset - previous batch's offset);
     # null for the first batch seen, whose start is unknown.
     records = models.BigIntegerField(null=True)

@@ -7,7 +7,7 @@ from datetime import timezone as dt_timezone
 
 from django.conf import settings
 from django.core.paginator import Page, Paginator
-from django.db.models import OuterRef, Subquery
+from django.db.models import Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from dashboard.models import Batch, Cluster, LagSample, Pipeline, SourceHealth, Store, StoreProblem
@@ -15,9 +15,15 @@ from streamoffsets.types import PipelineKey
 
 
 def store_positions(*, store: Store) -> dict[PipelineKey, int]:
-    """Where the next read of each pipeline's history starts (its newest stored batch)."""
-    rows = store.pipelines.exclude(last_batch_ms=None).values_list("topic", "group", "last_batch_ms")
-    return {PipelineKey(topic, group): ms for topic, group, ms in rows}
+    """Where the next read of each pipeline's history starts: its newest stored batch, or just
+    before its oldest planned (not yet committed) checkpoint batch, so that one is read again."""
+    rows = store.pipelines.exclude(last_batch_ms=None).annotate(
+        oldest_planned=Min("batches__batch_time_ms", filter=Q(batches__committed=False))
+    ).values_list("topic", "group", "last_batch_ms", "oldest_planned")
+    return {
+        PipelineKey(topic, group): ms if planned is None else min(ms, planned - 1)
+        for topic, group, ms, planned in rows
+    }
 
 
 def cluster_topics(*, cluster: Cluster) -> list[str]:
@@ -121,11 +127,13 @@ class BatchRow:
     batch_time_ms: int
     offsets: list[int | None]
     records: int | None
+    batch_id: int | None
+    committed: bool
 
 
 def pipeline_batches(*, pipeline: Pipeline, page: int = 1, per_page: int = 50) -> tuple[Page, list[int], list[BatchRow]]:
     """One page of the batch history, newest first, with one column per partition seen on it."""
-    paginator = Paginator(pipeline.batches.order_by("-batch_time_ms").only("batch_time_ms", "offsets", "records"), per_page)
+    paginator = Paginator(pipeline.batches.order_by("-batch_time_ms").only("batch_time_ms", "offsets", "records", "batch_id", "committed"), per_page)
     page_obj = paginator.get_page(page)
     batches: list[Batch] = list(page_obj.object_list)
     partitions = sorted({int(p) for b in batches for p in b.offsets})
@@ -135,6 +143,8 @@ def pipeline_batches(*, pipeline: Pipeline, page: int = 1, per_page: int = 50) -
             batch_time_ms=b.batch_time_ms,
             offsets=[b.offsets.get(str(p)) for p in partitions],
             records=b.records,
+            batch_id=b.batch_id,
+            committed=b.committed,
         )
         for b in batches
     ]

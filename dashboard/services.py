@@ -72,25 +72,31 @@ def store_reading_record(*, store: Store, reading: StoreReading) -> int:
         pipelines[key] = pipeline
     for key, batches in reading.batches.items():
         if batches:
-            added += _batches_append(pipelines[key], batches)
+            added += _batches_append(pipelines[key], batches, reading.keeps_history)
     _problems_record(store, reading.problems)
     return added
 
 
-def _batches_append(pipeline: Pipeline, batches: list[BatchOffsets]) -> int:
+def _batches_append(pipeline: Pipeline, batches: list[BatchOffsets], keeps_history: bool) -> int:
     last = pipeline.batches.order_by("-batch_time_ms").only("offsets", "batch_time_ms").first()
     previous = last.offsets if last else None
     rows = []
     for batch in sorted(batches, key=lambda b: b.batch_time_ms):
         if last is not None and batch.batch_time_ms <= last.batch_time_ms:
-            continue  # already stored
+            if batch.committed:  # a planned checkpoint batch re-read after Spark committed it
+                pipeline.batches.filter(batch_time_ms=batch.batch_time_ms, committed=False).update(committed=True)
+            continue
         offsets = _as_json_offsets(batch)
+        if not keeps_history and offsets == previous:
+            continue  # a store without history was sampled again and had not moved
         rows.append(
             Batch(
                 pipeline=pipeline,
                 batch_time_ms=batch.batch_time_ms,
                 offsets=offsets,
                 records=_records_between(previous, offsets),
+                batch_id=batch.batch_id,
+                committed=batch.committed,
             )
         )
         previous = offsets

@@ -1,11 +1,13 @@
-"""The reference streaming job: Kafka -> idempotent output, offsets saved to HBase after each batch.
+"""The reference streaming job: Kafka -> idempotent output, offsets saved to a store after each batch.
 
 The offset store is the job's source of truth, not a Spark checkpoint (checkpoints do not
 survive application upgrades). Each run therefore uses a fresh, temporary checkpoint and
 starts from what `streamoffsets.restart` resolves from the newest stored batch.
 
-Run: python -m pipeline.job --bootstrap 127.0.0.1:19092 --topic demo --group demo-job \
-        --hbase-url hbase://127.0.0.1:19090/stream_kafka_offsets --output .run/job-output.sqlite3
+The store is any writable one `streamoffsets.store.open_store` knows: hbase://, zk://, kafka://
+or file://. Run:
+    python -m pipeline.job --bootstrap 127.0.0.1:19092 --topic demo --group demo-job \
+        --store hbase://127.0.0.1:19090/stream_kafka_offsets --output .run/job-output.sqlite3
 """
 from __future__ import annotations
 
@@ -22,9 +24,9 @@ from typing import Callable
 
 from pipeline.kafka_source import KafkaDataSource
 from pipeline.output import OutputSink
-from streamoffsets.hbase import HBaseOffsetStore
 from streamoffsets.kafka import KafkaWatermarkReader
-from streamoffsets.restart import StartPlan, resolve_start
+from streamoffsets.restart import OnMissing, OutOfRange, StartPlan, restart
+from streamoffsets.store import open_store
 from streamoffsets.types import BatchOffsets
 
 log = logging.getLogger("offsetwatch.job")
@@ -35,11 +37,13 @@ class JobConfig:
     bootstrap: str
     topic: str
     group: str
-    hbase_url: str
+    store_url: str
     output_path: Path
     trigger_seconds: float = 2.0
     max_offsets_per_partition: int | None = None
     idempotent_output: bool = True
+    on_missing: OnMissing = "earliest"
+    out_of_range: OutOfRange = "clamp"
 
 
 @dataclass
@@ -59,7 +63,9 @@ class ReferenceJob:
         self._stopping = threading.Event()
         # Held while a batch writes output and offsets, so a stop never cuts one in half.
         self._batch_lock = threading.Lock()
-        self._store = HBaseOffsetStore.from_url(config.hbase_url)
+        self._store = open_store(config.store_url)
+        if not self._store.writable:
+            raise ValueError(f"{config.store_url} is read-only: the job needs a writable offset store")
         self._sink = OutputSink(config.output_path, idempotent=config.idempotent_output)
         self._current: dict[int, int] = {}
         self.run_state: JobRun | None = None
@@ -67,14 +73,10 @@ class ReferenceJob:
 
     def plan_start(self) -> StartPlan:
         cfg = self.config
-        self._store.ensure_table()
-        stored = self._store.load_latest(cfg.topic, cfg.group)
-        watermarks = KafkaWatermarkReader(cfg.bootstrap).topic_watermarks(cfg.topic)
-        plan = resolve_start(cfg.topic, stored, watermarks)
-        for decision in plan.decisions:
-            log.warning("start of %s/%s: %s", cfg.topic, cfg.group, decision)
-        log.info("starting %s/%s from %s", cfg.topic, cfg.group, plan.spark_starting_offsets())
-        return plan
+        if hasattr(self._store, "ensure_table"):
+            self._store.ensure_table()
+        watermarks = KafkaWatermarkReader(cfg.bootstrap).topic_watermarks
+        return restart(self._store, cfg.topic, cfg.group, watermarks, cfg.on_missing, cfg.out_of_range)
 
     def start(self):
         cfg = self.config
@@ -151,7 +153,9 @@ def main() -> None:
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--group", required=True)
-    parser.add_argument("--hbase-url", required=True)
+    parser.add_argument("--store", required=True, help="hbase://..., zk://..., kafka://... or file:///...")
+    parser.add_argument("--on-missing", choices=["earliest", "latest", "fail"], default="earliest")
+    parser.add_argument("--out-of-range", choices=["clamp", "fail"], default="clamp")
     parser.add_argument("--output", required=True, type=Path)
     parser.add_argument("--trigger-seconds", type=float, default=2.0)
     parser.add_argument("--max-offsets-per-partition", type=int)
@@ -169,9 +173,10 @@ def main() -> None:
     job = ReferenceJob(
         spark,
         JobConfig(
-            bootstrap=args.bootstrap, topic=args.topic, group=args.group, hbase_url=args.hbase_url,
+            bootstrap=args.bootstrap, topic=args.topic, group=args.group, store_url=args.store,
             output_path=args.output, trigger_seconds=args.trigger_seconds,
             max_offsets_per_partition=args.max_offsets_per_partition,
+            on_missing=args.on_missing, out_of_range=args.out_of_range,
         ),
     )
     try:

@@ -16,3 +16,7 @@ class MalformedRecord(OffsetStoreError):
 
 class StoreUnreachable(OffsetStoreError):
     """The server behind a store (or a broker) could not be reached in time."""
+
+
+class ReadOnlyStore(OffsetStoreError):
+    """A write to a store that Offset Watch only reads (a Spark checkpoint directory)."""

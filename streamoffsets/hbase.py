@@ -49,6 +49,8 @@ class HBaseOffsetStore:
     """Save and read per-batch offsets through the HBase Thrift 1 server (happybase)."""
 
     kind = "hbase"
+    writable = True
+    keeps_history = True
 
     def __init__(
         self,

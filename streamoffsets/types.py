@@ -23,12 +23,18 @@ class Watermarks:
 
 @dataclass(frozen=True)
 class BatchOffsets:
-    """The offsets saved after one batch: partition -> next offset to read (the batch's until offset)."""
+    """The offsets saved after one batch: partition -> next offset to read (the batch's until offset).
+
+    `batch_id` is set by stores that number batches (Spark checkpoints). `committed` is False
+    for a checkpoint batch that was planned (offsets/N written) but not committed (no commits/N).
+    """
 
     topic: str
     group: str
     batch_time_ms: int
     offsets: dict[int, int] = field(default_factory=dict)
+    batch_id: int | None = None
+    committed: bool = True
 
     @property
     def key(self) -> PipelineKey:

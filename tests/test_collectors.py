@@ -107,3 +107,51 @@ def test_a_deleted_topic_is_reported_and_other_topics_keep_their_lag(stack, uniq
     assert "topic 'never-created-topic'" in health.last_error and "does not exist" in health.last_error
     assert LagSample.objects.get(pipeline__topic=s.topic).total_lag == 2
     assert not LagSample.objects.filter(pipeline__topic="never-created-topic").exists()
+
+
+def test_a_store_without_history_becomes_history_through_samples(stack, unique_name):
+    """Kafka group offsets keep only the current position: unchanged samples add no batch."""
+    from dashboard import services
+    from streamoffsets.store import open_store
+
+    s = hbase_store_setup(stack, unique_name, partitions=2, records=10)
+    store = services.store_get_or_create(
+        name=unique_name("groups"), kind="kafka", url=f"kafka://{stack.kafka_bootstrap}", cluster=s.cluster
+    )
+    group = unique_name("g")
+    with open_store(store.url) as kafka:
+        kafka.save_batch(BatchOffsets(s.topic, group, 1, {0: 1, 1: 2}))
+        collect_once()
+        collect_once()
+        kafka.save_batch(BatchOffsets(s.topic, group, 2, {0: 4, 1: 5}))
+        collect_once()
+    pipeline = Pipeline.objects.get(store=store, group=group)
+    assert list(pipeline.batches.order_by("batch_time_ms").values_list("offsets", "records")) == [
+        ({"0": 1, "1": 2}, None), ({"0": 4, "1": 5}, 6)
+    ]
+    assert LagSample.objects.filter(pipeline=pipeline).latest("sampled_at").total_lag == (5 - 4) + (5 - 5)
+
+
+@pytest.mark.parametrize(
+    "kind, url, message",
+    [
+        ("hbase", "hbase://thrift:9090/offsets", None),
+        ("zookeeper", "zk://zk1:2181,zk2:2181/kafka", None),
+        ("checkpoint", "checkpoint:///data/ckpt", None),
+        ("hbase", "zk://zk1:2181", "needs a hbase URL"),
+        ("file", "file://relative/dir", "must be an absolute local path"),
+        ("kafka", "kafka:///", "names no server"),
+        ("hbase", "mysql://db", "unknown offset store URL"),
+    ],
+)
+def test_store_urls_are_validated_with_a_message_that_says_what_is_wrong(kind, url, message):
+    from django.core.exceptions import ValidationError
+
+    from dashboard.models import Cluster, Store
+
+    store = Store(name="s", kind=kind, url=url, cluster=Cluster(name="c", bootstrap_servers="b:9092"))
+    if message is None:
+        store.clean()
+    else:
+        with pytest.raises(ValidationError, match=message):
+            store.clean()

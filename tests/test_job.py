@@ -18,7 +18,7 @@ def job_setup(stack, unique_name, tmp_path):
     table = unique_name("offsets").replace("-", "_")
     url = f"hbase://{stack.hbase_host}:{stack.hbase_port}/{table}"
     config = JobConfig(
-        bootstrap=stack.kafka_bootstrap, topic=topic, group="reference-job", hbase_url=url,
+        bootstrap=stack.kafka_bootstrap, topic=topic, group="reference-job", store_url=url,
         output_path=tmp_path / "out.sqlite3", trigger_seconds=0.5, max_offsets_per_partition=4,
     )
     store = HBaseOffsetStore.from_url(url)

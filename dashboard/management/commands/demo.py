@@ -179,7 +179,7 @@ class Command(BaseCommand):
             "spark-job", 0,
             [
                 sys.executable, "-m", "pipeline.job", "--bootstrap", settings.KAFKA_BOOTSTRAP,
-                "--topic", DEMO_TOPIC, "--group", DEMO_GROUP, "--hbase-url", settings.HBASE_URL,
+                "--topic", DEMO_TOPIC, "--group", DEMO_GROUP, "--store", settings.HBASE_URL,
                 "--output", str(settings.RUN_DIR / "job-output.sqlite3"),
                 "--work-dir", str(settings.RUN_DIR / "spark"), "--trigger-seconds", "5",
             ],
