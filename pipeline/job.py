@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import signal
 import tempfile
@@ -44,6 +45,15 @@ class JobConfig:
     idempotent_output: bool = True
     on_missing: OnMissing = "earliest"
     out_of_range: OutOfRange = "clamp"
+    # Fault injection for the delivery-semantics experiment: die after the Nth batch's output
+    # is written and before its offsets are saved, by exiting the process (like a kill -9 at
+    # that instant) or by raising (in-process tests).
+    crash_after_output_at_batch: int | None = None
+    crash_by_exit: bool = False
+
+
+class SimulatedCrash(RuntimeError):
+    """Raised by the fault-injection hook: output written, offsets not saved."""
 
 
 @dataclass
@@ -117,6 +127,7 @@ class ReferenceJob:
             for r in rows:
                 until[r.partition] = max(until.get(r.partition, 0), r.offset + 1)
             batch = BatchOffsets(self.config.topic, self.config.group, batch_time_ms, until)
+            self._maybe_crash(batch_id)
             # After the output, never before: a crash in between re-processes one batch (at-least-once).
             self._store.save_batch(batch)
             self._current = until
@@ -125,6 +136,15 @@ class ReferenceJob:
             log.info("batch %s: %s records, offsets saved %s", batch_id, written, until)
         if self.on_batch:
             self.on_batch(batch)
+
+    def _maybe_crash(self, batch_id: int) -> None:
+        crash_at = self.config.crash_after_output_at_batch
+        if crash_at is None or len(self.run_state.batches_saved) + 1 != crash_at:
+            return
+        log.error("fault injection: crashing after the output of batch %s, before saving its offsets", batch_id)
+        if self.config.crash_by_exit:
+            os._exit(137)
+        raise SimulatedCrash(f"simulated crash after the output of batch {batch_id}")
 
     def stop(self, timeout_s: float = 120.0) -> None:
         """Graceful stop: let the batch in flight finish and save its offsets, then stop."""
@@ -159,6 +179,8 @@ def main() -> None:
     parser.add_argument("--output", required=True, type=Path)
     parser.add_argument("--trigger-seconds", type=float, default=2.0)
     parser.add_argument("--max-offsets-per-partition", type=int)
+    parser.add_argument("--append-output", action="store_true", help="keep every write (count duplicates)")
+    parser.add_argument("--crash-after-output-at-batch", type=int, help="fault injection: exit after that batch's output")
     parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "offsetwatch-spark")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -177,6 +199,8 @@ def main() -> None:
             output_path=args.output, trigger_seconds=args.trigger_seconds,
             max_offsets_per_partition=args.max_offsets_per_partition,
             on_missing=args.on_missing, out_of_range=args.out_of_range,
+            idempotent_output=not args.append_output,
+            crash_after_output_at_batch=args.crash_after_output_at_batch, crash_by_exit=True,
         ),
     )
     try:
