@@ -11,7 +11,6 @@ of (topic, partition, offset) overwrites, so the same run leaves no duplicate ro
 """
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections import Counter
@@ -35,7 +34,6 @@ class ExperimentResult:
     lost: int
     duplicated: int
     runs: int
-    largest_batch: int
 
 
 def count_output(output: Path, topic: str, partitions: int, per_partition: int) -> tuple[int, int]:
@@ -43,12 +41,6 @@ def count_output(output: Path, topic: str, partitions: int, per_partition: int) 
     written = Counter(OutputSink(output, idempotent=False).offsets(topic))  # reads rows, whatever the mode
     expected = {(p, o) for p in range(partitions) for o in range(per_partition)}
     return len(expected - set(written)), sum(n - 1 for n in written.values())
-
-
-def largest_batch(output: Path) -> int:
-    with sqlite3.connect(output) as conn:
-        row = conn.execute("SELECT MAX(n) FROM (SELECT COUNT(*) AS n FROM records GROUP BY batch_id)").fetchone()
-    return row[0] or 0
 
 
 def run_in_process(
@@ -83,7 +75,7 @@ def run_in_process(
         finally:
             job.stop()
     lost, duplicated = count_output(output, topic, partitions, records // partitions)
-    return ExperimentResult(store_label, stop_mode, records, idempotent_output, lost, duplicated, runs, largest_batch(output))
+    return ExperimentResult(store_label, stop_mode, records, idempotent_output, lost, duplicated, runs)
 
 
 def _caught_up(output: Path, topic: str, partitions: int, per_partition: int) -> bool:

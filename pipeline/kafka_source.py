@@ -6,7 +6,12 @@ overlap (`kafka.bootstrap.servers`, `subscribe`, `startingOffsets`, `maxOffsetsP
 `kafkaConsumer.pollTimeoutMs`, pass-through `kafka.*` settings), so a job's options read the
 same as with the official source. Unlike it, one query reads exactly one topic.
 
-Offsets are JSON dicts `{"<partition>": <next offset to read>}`, one topic per query.
+Offsets are topic-keyed JSON like Spark's Kafka source, `{"<topic>": {"<partition>": <next
+offset to read>}}` with partitions in numeric order, so a checkpoint's `offsets/<batchId>` files
+read the same whichever of the two sources wrote them (`streamoffsets.checkpoint` reads them).
+Offsets of the flat form `{"<partition>": offset}` that earlier versions of this module wrote
+are still accepted when a query restarts from such a checkpoint (the checkpoint reader cannot
+tell their topic and reports them).
 
     spark.dataSource.register(KafkaDataSource)
     spark.readStream.format("offsetwatch_kafka")
@@ -119,9 +124,39 @@ def split_limit(pending: dict[int, int], max_rows: int) -> dict[int, int]:
     return alloc
 
 
-def _as_offset(offsets: dict[int, int]) -> dict[str, int]:
-    # Always the same key order: the engine compares offsets by their JSON text.
-    return {str(p): int(offsets[p]) for p in sorted(offsets)}
+def _as_offset(topic: str, offsets: dict[int, int]) -> dict[str, dict[str, int]]:
+    """{partition: offset} -> `{"<topic>": {"<partition>": offset}}`, partitions in numeric order.
+
+    Always the same key order: the engine compares offsets by their JSON text.
+    """
+    return {topic: {str(p): int(offsets[p]) for p in sorted(offsets)}}
+
+
+def _partition_offsets(topic: str, offset: dict) -> dict[int, int]:
+    """An offset the engine hands back (from `_as_offset`, possibly via a checkpoint) -> {partition: offset}.
+
+    The flat `{"<partition>": offset}` form of earlier versions is accepted too (its values are
+    numbers, never objects). An offset for another topic means the query's `subscribe` option
+    changed under an existing checkpoint: refused rather than silently read as this topic's.
+    """
+    if not isinstance(offset, dict):
+        raise ValueError(f"Kafka topic {topic!r}: offset {offset!r} is not a JSON object")
+    if offset and all(type(v) is int for v in offset.values()):
+        parts = offset  # the flat form of earlier versions
+    else:
+        others = sorted(set(offset) - {topic})
+        if others:
+            raise ValueError(
+                f"Kafka topic {topic!r}: the checkpointed offset names topics {others}; "
+                "the query subscribes to another topic than the checkpoint was written for"
+            )
+        parts = offset.get(topic, {})
+        if not isinstance(parts, dict):
+            raise ValueError(f"Kafka topic {topic!r}: offset {offset!r} is not {{topic: {{partition: offset}}}}")
+    try:
+        return {int(p): int(o) for p, o in parts.items()}
+    except (TypeError, ValueError):
+        raise ValueError(f"Kafka topic {topic!r}: offset {offset!r} has a non-numeric partition or offset") from None
 
 
 # --- the data source ------------------------------------------------------------------------
@@ -235,7 +270,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         marks = self._watermarks()
         if isinstance(self.starting, str):
             pick = 0 if self.starting == "earliest" else 1
-            return _as_offset({p: m[pick] for p, m in marks.items()})
+            return _as_offset(self.topic, {p: m[pick] for p, m in marks.items()})
         unknown = sorted(set(self.starting) - set(marks))
         if unknown:
             raise ValueError(f"option startingOffsets names partitions {unknown} that {self._where()} does not have")
@@ -252,7 +287,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"[{low}, {high}] of {self._where(p)}"
                 )
             offsets[p] = wanted
-        return _as_offset(offsets)
+        return _as_offset(self.topic, offsets)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.max_per_trigger:
@@ -267,7 +302,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         marks = self._watermarks()
-        begin = {int(p): int(o) for p, o in start.items()}
+        begin = _partition_offsets(self.topic, start)
         gone = sorted(set(begin) - set(marks))
         if gone:
             raise RuntimeError(f"{self._where()}: partitions {gone} disappeared (topic deleted and recreated?)")
@@ -295,18 +330,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # A new partition stays absent (i.e. "from earliest") until it has a record to read.
             if n or p in begin:
                 end[p] = first[p] + n
-        return _as_offset(end)
+        return _as_offset(self.topic, end)
 
     def reportLatestOffset(self) -> dict | None:
         # Only what latestOffset just fetched: no extra broker round trip per batch.
-        return _as_offset(self._latest) if self._latest is not None else None
+        return _as_offset(self.topic, self._latest) if self._latest is not None else None
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        begin_at = _partition_offsets(self.topic, start)
         parts = []
-        for p, stop in end.items():
-            begin = start.get(p, EARLIEST)
+        for p, stop in _partition_offsets(self.topic, end).items():
+            begin = begin_at.get(p, EARLIEST)  # a partition new since `start`: from its earliest
             if begin == EARLIEST or begin < stop:
-                parts.append(KafkaInputPartition(self.topic, int(p), int(begin), int(stop)))
+                parts.append(KafkaInputPartition(self.topic, p, begin, stop))
         return parts
 
     def commit(self, end: dict) -> None:

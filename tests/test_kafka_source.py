@@ -5,6 +5,7 @@ directly; the `spark` tests run real streaming queries into foreachBatch.
 """
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -16,6 +17,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pipeline.kafka_source import (
     KafkaDataSource,
     KafkaInputPartition,
+    _as_offset,
+    _partition_offsets,
     parse_starting_offsets,
     split_limit,
 )
@@ -147,6 +150,19 @@ def test_split_limit_is_fair_and_never_exceeds_the_limit():
     assert split_limit({0: 0}, 5) == {0: 0}
 
 
+def test_offsets_are_topic_keyed_with_partitions_in_numeric_order():
+    # The engine compares offsets by their JSON text: the serialisation must be deterministic.
+    offset = _as_offset("t", {10: 5, 2: 7, 0: 1})
+    assert json.dumps(offset) == '{"t": {"0": 1, "2": 7, "10": 5}}'
+    assert _partition_offsets("t", json.loads(json.dumps(offset))) == {0: 1, 2: 7, 10: 5}
+    assert _partition_offsets("t", {"0": 1, "10": 5}) == {0: 1, 10: 5}  # flat form of earlier versions
+    assert _partition_offsets("t", {}) == {}
+    with pytest.raises(ValueError, match=r"names topics \['other'\]"):
+        _partition_offsets("t", {"other": {"0": 1}})
+    with pytest.raises(ValueError, match="non-numeric"):
+        _partition_offsets("t", {"t": {"zero": 1}})
+
+
 def test_default_read_limit_follows_options():
     assert reader(options("b:1", "t")).getDefaultReadLimit() == ReadAllAvailable()
     assert reader(options("b:1", "t", maxOffsetsPerTrigger="7")).getDefaultReadLimit() == ReadMaxRows(7)
@@ -164,14 +180,19 @@ def test_offsets_against_broker(kafka_bootstrap, unique_name):
                        maxOffsetsPerPartition="3"))
     try:
         start = r.initialOffset()
-        assert start == {"0": 4, "1": 0, "2": 6}
-        assert r.latestOffset(start, r.getDefaultReadLimit()) == {"0": 6, "1": 3, "2": 6}
-        assert r.latestOffset(start, ReadMaxRows(2)) == {"0": 5, "1": 1, "2": 6}
-        assert r.latestOffset(start, ReadAllAvailable()) == {"0": 6, "1": 6, "2": 6}  # Trigger.Once
-        assert r.reportLatestOffset() == {"0": 6, "1": 6, "2": 6}
+        assert start == {topic: {"0": 4, "1": 0, "2": 6}}  # topic-keyed, like Spark's Kafka source
+        assert r.latestOffset(start, r.getDefaultReadLimit()) == {topic: {"0": 6, "1": 3, "2": 6}}
+        assert r.latestOffset(start, ReadMaxRows(2)) == {topic: {"0": 5, "1": 1, "2": 6}}
+        assert r.latestOffset(start, ReadAllAvailable()) == {topic: {"0": 6, "1": 6, "2": 6}}  # Trigger.Once
+        assert r.reportLatestOffset() == {topic: {"0": 6, "1": 6, "2": 6}}
+        parts = r.partitions(start, {topic: {"0": 6, "1": 3, "2": 6}})
+        assert sorted((p.partition, p.start, p.end) for p in parts) == [(0, 4, 6), (1, 0, 3)]
+        # A checkpoint written by earlier versions holds the flat form; a restart still reads it.
+        assert r.latestOffset({"0": 6, "1": 3, "2": 6}, ReadAllAvailable()) == {topic: {"0": 6, "1": 6, "2": 6}}
         r.prepareForTriggerAvailableNow()
         produce(kafka_bootstrap, topic, {1: 2}, first=6)
-        assert r.latestOffset({"0": 6, "1": 6, "2": 6}, ReadAllAvailable()) == {"0": 6, "1": 6, "2": 6}
+        done = {topic: {"0": 6, "1": 6, "2": 6}}
+        assert r.latestOffset(done, ReadAllAvailable()) == done
     finally:
         r.stop()
 
