@@ -4,6 +4,7 @@ from __future__ import annotations
 from contextlib import closing
 from dataclasses import dataclass, field
 
+from streamoffsets.errors import OffsetStoreError, StoreUnreachable
 from streamoffsets.kafka import KafkaWatermarkReader, WatermarkResult
 from streamoffsets.store import open_store
 from streamoffsets.types import BatchOffsets, PipelineKey, RowProblem
@@ -25,7 +26,14 @@ def read_store(url: str, positions: dict[PipelineKey, int], max_batches: int, ti
         reading = StoreReading(keeps_history=store.keeps_history)
         reading.pipelines, reading.problems = store.list_pipelines()
         for key in reading.pipelines:
-            page = store.history(key.topic, key.group, start_ms=positions.get(key, -1) + 1, limit=max_batches)
+            try:
+                page = store.history(key.topic, key.group, start_ms=positions.get(key, -1) + 1, limit=max_batches)
+            except StoreUnreachable:
+                raise  # the whole source is down: recorded as such by the caller
+            except OffsetStoreError as exc:
+                # One unreadable pipeline is shown as a problem; the others are still read.
+                reading.problems.append(RowProblem(exc.store, exc.key, exc.problem))
+                continue
             reading.batches[key] = page.batches
             reading.problems.extend(page.problems)
     return reading

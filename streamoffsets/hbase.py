@@ -23,6 +23,9 @@ from streamoffsets.types import BatchOffsets, HistoryPage, PipelineKey, RowProbl
 DEFAULT_TABLE = "stream_kafka_offsets"
 DEFAULT_FAMILY = "offsets"
 THIRTY_DAYS_S = 30 * 24 * 3600
+# Kafka offsets are signed 64-bit, partition ids signed 32-bit.
+MAX_OFFSET = 2**63 - 1
+MAX_PARTITION = 2**31 - 1
 # Rows fetched per Thrift round trip when scanning history.
 SCAN_BATCH = 500
 
@@ -154,7 +157,7 @@ class HBaseOffsetStore:
             topic, group, ms = parse_row_key(text_key)
         except ValueError as exc:
             raise MalformedRecord(self.name, text_key, str(exc)) from None
-        if not ms.isdigit():
+        if not ms.isascii() or not ms.isdigit() or int(ms) > MAX_OFFSET:
             raise MalformedRecord(self.name, text_key, f"batch time {ms!r} is not epoch milliseconds")
         offsets: dict[int, int] = {}
         prefix = f"{self.family}:".encode()
@@ -162,15 +165,17 @@ class HBaseOffsetStore:
             if not column.startswith(prefix):
                 continue
             qualifier = column[len(prefix):].decode("utf-8", "replace")
-            if not qualifier.isdigit():
+            if not (qualifier.isascii() and qualifier.isdigit()):
                 raise MalformedRecord(self.name, text_key, f"qualifier {qualifier!r} is not a partition id")
             raw = value.decode("utf-8", "replace").strip()
-            if not raw.lstrip("-").isdigit():
+            if not (raw.isascii() and raw.lstrip("-").isdigit()):
                 raise MalformedRecord(
                     self.name, text_key, f"partition {qualifier}: offset {raw!r} is not a number"
                 )
             if int(raw) < 0:
                 raise MalformedRecord(self.name, text_key, f"partition {qualifier}: offset {raw} is negative")
+            if int(raw) > MAX_OFFSET or int(qualifier) > MAX_PARTITION:
+                raise MalformedRecord(self.name, text_key, f"partition {qualifier}: offset {raw} is out of Kafka's range")
             offsets[int(qualifier)] = int(raw)
         if not offsets:
             raise MalformedRecord(self.name, text_key, f"row has no cells in family {self.family!r}")

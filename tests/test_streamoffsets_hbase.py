@@ -123,3 +123,28 @@ def test_unreachable_server_is_a_typed_error():
     with pytest.raises(StoreUnreachable) as err:
         dead.load_latest("orders", "billing")
     assert "hbase://127.0.0.1" in str(err.value)
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    key=st.one_of(st.binary(max_size=40), st.from_regex(r"\A[a-z.]{1,5}:[^\n]{0,8}:[0-9x٣-]{0,22}\Z").map(str.encode)),
+    cells=st.dictionaries(
+        st.one_of(st.binary(max_size=12), st.from_regex(r"\Aoffsets:[0-9a-z-]{0,4}\Z").map(str.encode)),
+        st.one_of(st.binary(max_size=12), st.integers(-10, 2**70).map(lambda i: str(i).encode())),
+        max_size=4,
+    ),
+)
+def test_fuzzed_rows_decode_or_raise_malformed_record_naming_the_store(key, cells):
+    """Any row read from HBase either decodes to valid offsets or raises MalformedRecord."""
+    store = HBaseOffsetStore("127.0.0.1", 1, table="fuzz")
+    try:
+        batch = store.decode_row(key, cells)
+    except MalformedRecord as exc:
+        assert exc.store == "hbase://127.0.0.1:1/fuzz" and exc.problem
+        return
+    assert batch.offsets and all(0 <= p < 2**31 and 0 <= o < 2**63 for p, o in batch.offsets.items())
+    assert ":" not in batch.topic and 0 <= batch.batch_time_ms < 2**63
