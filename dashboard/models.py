@@ -135,6 +135,8 @@ class LagSample(models.Model):
     total_lag = models.BigIntegerField()
     # {"<partition>": {"committed": int|null, "low": int, "high": int, "lag": int|null}}
     partitions = models.JSONField()
+    # The newest batch the store held at this sample: the status rules need its age over time.
+    last_batch_ms = models.BigIntegerField(null=True)
 
     class Meta:
         indexes = [models.Index(fields=["pipeline", "-sampled_at"], name="lag_pipeline_time")]
@@ -152,3 +154,57 @@ class StoreProblem(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["store", "key", "problem"], name="problem_unique")]
+
+
+class PipelineEvaluation(models.Model):
+    """The newest judgement of a pipeline (one row per pipeline, replaced every cycle)."""
+
+    pipeline = models.OneToOneField(Pipeline, on_delete=models.CASCADE, related_name="evaluation")
+    evaluated_at = models.DateTimeField()
+    status = models.PositiveSmallIntegerField()  # streamoffsets.evaluation.Status
+    reasons = models.JSONField(default=list)
+    # [{"partition", "committed", "low", "high", "lag", "state", "messages_lost", "lag_seconds",
+    #   "lag_method", "retention_margin", "retention_seconds_left"}]
+    partitions = models.JSONField(default=list)
+    total_lag = models.BigIntegerField(null=True)
+    # The largest per-partition lag in seconds; null when unknown (never 0 for unknown).
+    lag_seconds = models.FloatField(null=True)
+    lag_seconds_method = models.CharField(max_length=100, blank=True)
+    batch_interval_s = models.FloatField(null=True)
+    # Seconds until the first partition loses unprocessed data to retention; null: no risk seen.
+    retention_seconds_left = models.FloatField(null=True)
+
+    @property
+    def status_name(self) -> str:
+        from streamoffsets.evaluation import Status
+
+        return Status(self.status).name
+
+    @property
+    def worst_partition(self) -> dict | None:
+        """The partition with the largest lag (None when no lag is known)."""
+        known = [row for row in self.partitions if row.get("lag") is not None and row["lag"] > 0]
+        return max(known, key=lambda row: row["lag"], default=None)
+
+
+class Incident(models.Model):
+    """A stretch of time a pipeline's status was above OK."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="incidents")
+    opened_at = models.DateTimeField()
+    closed_at = models.DateTimeField(null=True)
+    worst_status = models.PositiveSmallIntegerField()
+    reasons = models.JSONField(default=list)
+
+    class Meta:
+        indexes = [models.Index(fields=["pipeline", "-opened_at"], name="incident_pipeline_time")]
+        constraints = [
+            # At most one open incident per pipeline.
+            models.UniqueConstraint(fields=["pipeline"], condition=models.Q(closed_at=None), name="one_open_incident")
+        ]
+
+    @property
+    def worst_status_name(self) -> str:
+        from streamoffsets.evaluation import Status
+
+        return Status(self.worst_status).name

@@ -7,10 +7,10 @@ from datetime import timezone as dt_timezone
 
 from django.conf import settings
 from django.core.paginator import Page, Paginator
-from django.db.models import Min, OuterRef, Q, Subquery
+from django.db.models import F, Min, Q
 from django.utils import timezone
 
-from dashboard.models import Batch, Cluster, LagSample, Pipeline, SourceHealth, Store, StoreProblem
+from dashboard.models import Batch, Cluster, Incident, Pipeline, PipelineEvaluation, SourceHealth, Store, StoreProblem
 from streamoffsets.types import PipelineKey
 
 
@@ -70,55 +70,28 @@ def unreachable_sources() -> list[SourceHealth]:
 
 
 def pipelines_overview() -> list[Pipeline]:
-    """Every pipeline with its newest lag sample's total and time, largest lag first."""
-    latest = LagSample.objects.filter(pipeline=OuterRef("pk")).order_by("-sampled_at")
+    """Every pipeline with its evaluation, worst status first, then largest lag."""
     return list(
-        Pipeline.objects.select_related("store", "store__cluster")
-        .annotate(
-            total_lag=Subquery(latest.values("total_lag")[:1]),
-            lag_sampled_at=Subquery(latest.values("sampled_at")[:1]),
-        )
-        .order_by("-total_lag", "topic", "group")
+        Pipeline.objects.select_related("store", "store__cluster", "evaluation")
+        .order_by(F("evaluation__status").desc(nulls_last=True), F("evaluation__total_lag").desc(nulls_last=True),
+                  "topic", "group")
     )
+
+
+def open_incidents() -> list[Incident]:
+    return list(Incident.objects.filter(closed_at=None).select_related("pipeline").order_by("-worst_status", "opened_at"))
+
+
+def pipeline_incidents(*, pipeline: Pipeline, limit: int = 10) -> list[Incident]:
+    return list(pipeline.incidents.order_by("-opened_at")[:limit])
 
 
 def pipeline_get(*, pipeline_id: int) -> Pipeline:
     return Pipeline.objects.select_related("store", "store__cluster").get(pk=pipeline_id)
 
 
-@dataclass
-class PartitionRow:
-    partition: int
-    committed: int | None
-    low: int | None
-    high: int | None
-    lag: int | None
-    state: str
-
-
-def _partition_state(committed, low, high) -> str:
-    if committed is None:
-        return "not in store"
-    if low is None:
-        return "not in topic"
-    if committed < low:
-        return f"below low watermark: {low - committed:,} messages deleted before being processed"
-    if committed > high:
-        return "above high watermark (offset does not exist)"
-    return "lagging" if high > committed else "caught up"
-
-
-def pipeline_partitions(*, pipeline: Pipeline) -> tuple[LagSample | None, list[PartitionRow]]:
-    """The newest lag sample and its per-partition rows, ordered by partition."""
-    sample = pipeline.lag_samples.order_by("-sampled_at").first()
-    if sample is None:
-        return None, []
-    rows = [
-        PartitionRow(int(p), v["committed"], v["low"], v["high"], v["lag"],
-                     _partition_state(v["committed"], v["low"], v["high"]))
-        for p, v in sample.partitions.items()
-    ]
-    return sample, sorted(rows, key=lambda r: r.partition)
+def pipeline_evaluation(*, pipeline: Pipeline) -> PipelineEvaluation | None:
+    return PipelineEvaluation.objects.filter(pipeline=pipeline).first()
 
 
 @dataclass

@@ -1,14 +1,28 @@
 """Writes: everything that changes the database goes through these functions."""
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from collectors.readers import StoreReading
-from dashboard.models import Batch, Cluster, LagSample, Pipeline, SourceHealth, Store, StoreProblem, WatermarkSample
+from dashboard.models import (
+    Batch,
+    Cluster,
+    Incident,
+    LagSample,
+    Pipeline,
+    PipelineEvaluation,
+    SourceHealth,
+    Store,
+    StoreProblem,
+    WatermarkSample,
+)
+from streamoffsets import evaluation
+from streamoffsets.evaluation import Sample
 from streamoffsets.kafka import WatermarkResult
 from streamoffsets.types import BatchOffsets, RowProblem, Watermarks
 
@@ -135,7 +149,8 @@ def lag_partitions(committed: dict[str, int] | None, watermarks: dict[int, Water
 
 @transaction.atomic
 def watermarks_record(*, cluster: Cluster, result: WatermarkResult, sampled_at: datetime) -> int:
-    """Store the cluster's watermarks and one lag sample per pipeline reading its topics."""
+    """Store the cluster's watermarks, then per pipeline reading its topics: a lag sample and an
+    evaluation (status, lag in seconds, retention risk), opening or closing its incident."""
     WatermarkSample.objects.bulk_create(
         [
             WatermarkSample(cluster=cluster, topic=topic, partition=p, low=w.low, high=w.high, sampled_at=sampled_at)
@@ -145,11 +160,99 @@ def watermarks_record(*, cluster: Cluster, result: WatermarkResult, sampled_at: 
         batch_size=1000,
     )
     samples = []
-    pipelines = Pipeline.objects.filter(store__cluster=cluster, topic__in=list(result.by_topic))
+    pipelines = list(Pipeline.objects.filter(store__cluster=cluster, topic__in=list(result.by_topic)))
     for pipeline in pipelines:
         last = pipeline.batches.order_by("-batch_time_ms").only("offsets").first()
         parts = lag_partitions(last.offsets if last else None, result.by_topic[pipeline.topic])
         total = sum(max(0, v["lag"]) for v in parts.values() if v["lag"] is not None)
-        samples.append(LagSample(pipeline=pipeline, sampled_at=sampled_at, total_lag=total, partitions=parts))
+        samples.append(LagSample(pipeline=pipeline, sampled_at=sampled_at, total_lag=total, partitions=parts,
+                                 last_batch_ms=pipeline.last_batch_ms))
     LagSample.objects.bulk_create(samples)
+    for pipeline, sample in zip(pipelines, samples):
+        _pipeline_evaluate(pipeline, sample, now=sampled_at)
     return len(samples)
+
+
+def _offsets_of(sample: LagSample, key: str) -> dict[int, int]:
+    return {int(p): v[key] for p, v in sample.partitions.items() if v.get(key) is not None}
+
+
+def _pipeline_evaluate(pipeline: Pipeline, sample: LagSample, now: datetime) -> PipelineEvaluation:
+    """Evaluate one pipeline from its newest samples (pure rules in streamoffsets.evaluation)."""
+    recent = list(pipeline.lag_samples.order_by("-sampled_at")[: settings.EVALUATION_WINDOW_SAMPLES])[::-1]
+    window = [
+        Sample(s.sampled_at.timestamp(), _offsets_of(s, "committed"), _offsets_of(s, "high"),
+               s.last_batch_ms / 1000 if s.last_batch_ms else None)
+        for s in recent
+    ]
+    committed = _offsets_of(sample, "committed")
+    marks = {int(p): (v["low"], v["high"]) for p, v in sample.partitions.items() if v.get("high") is not None}
+    partitions = evaluation.evaluate_partitions(committed, marks)
+    batch_times = pipeline.batches.order_by("-batch_time_ms").values_list("batch_time_ms", flat=True)[:20]
+    interval = evaluation.batch_interval_s([t / 1000 for t in batch_times])
+    status = evaluation.evaluate_status(
+        window, partitions, interval, now.timestamp(),
+        stop_after_intervals=settings.STOP_AFTER_INTERVALS, min_stale_s=settings.STALE_AFTER_S,
+    )
+
+    # Lag in seconds and retention need each partition's watermark history (the last hour).
+    since = now - timedelta(seconds=settings.LAG_SECONDS_LOOKBACK_S)
+    highs: dict[int, list[tuple[float, int]]] = {}
+    lows: dict[int, list[tuple[float, int]]] = {}
+    for p, at, low, high in WatermarkSample.objects.filter(
+        cluster_id=pipeline.store.cluster_id, topic=pipeline.topic, sampled_at__gte=since
+    ).values_list("partition", "sampled_at", "low", "high"):
+        highs.setdefault(p, []).append((at.timestamp(), high))
+        lows.setdefault(p, []).append((at.timestamp(), low))
+    commits: dict[int, list[tuple[float, int]]] = {}
+    for s in recent:
+        for p, c in _offsets_of(s, "committed").items():
+            commits.setdefault(p, []).append((s.sampled_at.timestamp(), c))
+
+    rows, worst_seconds, worst_method, soonest_loss = [], None, "", None
+    for e in partitions:
+        row = {"partition": e.partition, "committed": e.committed, "low": e.low, "high": e.high, "lag": e.lag,
+               "state": e.state.value, "messages_lost": e.messages_lost, "lag_seconds": None,
+               "lag_method": "", "retention_margin": None, "retention_seconds_left": None}
+        if e.committed is not None and e.high is not None:
+            tl = evaluation.lag_seconds(e.committed, highs.get(e.partition, []), now.timestamp())
+            row["lag_seconds"], row["lag_method"] = tl.seconds, tl.method
+            if tl.seconds is not None and (worst_seconds is None or tl.seconds > worst_seconds):
+                worst_seconds, worst_method = tl.seconds, tl.method
+            elif worst_seconds is None and not worst_method:
+                worst_method = tl.method
+            risk = evaluation.retention_risk(e.committed, lows.get(e.partition, []), commits.get(e.partition, []))
+            row["retention_margin"], row["retention_seconds_left"] = risk.margin, risk.seconds_left
+            if risk.seconds_left is not None:
+                soonest_loss = risk.seconds_left if soonest_loss is None else min(soonest_loss, risk.seconds_left)
+                if risk.seconds_left < settings.RETENTION_WARN_S and status.status < evaluation.Status.WARN:
+                    status.status = evaluation.Status.WARN
+                    status.reasons.append(risk.describe(e.partition))
+        rows.append(row)
+
+    result, _ = PipelineEvaluation.objects.update_or_create(
+        pipeline=pipeline,
+        defaults=dict(
+            evaluated_at=now, status=int(status.status), reasons=status.reasons, partitions=rows,
+            total_lag=evaluation.total_lag(partitions), lag_seconds=worst_seconds,
+            lag_seconds_method=worst_method[:100], batch_interval_s=interval, retention_seconds_left=soonest_loss,
+        ),
+    )
+    _incident_update(pipeline, status, now)
+    return result
+
+
+def _incident_update(pipeline: Pipeline, status: evaluation.StatusResult, now: datetime) -> None:
+    """A status above OK opens an incident (or raises the open one's worst); OK closes it."""
+    open_incident = pipeline.incidents.filter(closed_at=None).first()
+    if status.status == evaluation.Status.OK:
+        if open_incident:
+            open_incident.closed_at = now
+            open_incident.save(update_fields=["closed_at"])
+        return
+    if open_incident is None:
+        Incident.objects.create(pipeline=pipeline, opened_at=now, worst_status=int(status.status), reasons=status.reasons)
+    elif status.status >= open_incident.worst_status:
+        open_incident.worst_status = int(status.status)
+        open_incident.reasons = status.reasons
+        open_incident.save(update_fields=["worst_status", "reasons"])

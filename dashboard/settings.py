@@ -152,6 +152,14 @@ IO_TIMEOUT_S = env_float("OFFSETWATCH_IO_TIMEOUT", 5.0)
 # continues over the next cycles instead of making one cycle unbounded.
 MAX_BATCHES_PER_CYCLE = env_int("OFFSETWATCH_MAX_BATCHES_PER_CYCLE", 5000)
 
+# Evaluation: samples in the status window; a pipeline with no batch for this many of its own
+# batch intervals is stopped; lag in seconds and retention look this far back; a retention
+# deadline nearer than RETENTION_WARN_S raises a warning.
+EVALUATION_WINDOW_SAMPLES = env_int("OFFSETWATCH_EVALUATION_WINDOW", 6)
+STOP_AFTER_INTERVALS = env_float("OFFSETWATCH_STOP_AFTER_INTERVALS", 3.0)
+LAG_SECONDS_LOOKBACK_S = env_float("OFFSETWATCH_LAG_SECONDS_LOOKBACK", 3600.0)
+RETENTION_WARN_S = env_float("OFFSETWATCH_RETENTION_WARN", 6 * 3600.0)
+
 # The local stack (python manage.py stack / demo): loopback ports and the addresses built on them.
 STACK_KAFKA_PORT = env_int("OFFSETWATCH_KAFKA_PORT", 19092)
 STACK_HBASE_PORT = env_int("OFFSETWATCH_HBASE_PORT", 19090)

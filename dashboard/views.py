@@ -43,19 +43,23 @@ def overview_live(request):
 
 
 def _overview_context() -> dict:
-    return {"pipelines": selectors.pipelines_overview(), "unreachable": selectors.unreachable_sources(), "now": timezone.now()}
+    return {
+        "pipelines": selectors.pipelines_overview(),
+        "incidents": selectors.open_incidents(),
+        "unreachable": selectors.unreachable_sources(),
+        "now": timezone.now(),
+    }
 
 
 def _pipeline_context(request, pipeline: Pipeline) -> dict:
-    sample, partitions = selectors.pipeline_partitions(pipeline=pipeline)
     page_obj, batch_partitions, batch_rows = selectors.pipeline_batches(
         pipeline=pipeline, page=request.GET.get("page", 1)
     )
     return {
         "pipeline": pipeline,
         "freshness": selectors.pipeline_freshness(pipeline=pipeline),
-        "lag_sample": sample,
-        "partitions": partitions,
+        "evaluation": selectors.pipeline_evaluation(pipeline=pipeline),
+        "incidents": selectors.pipeline_incidents(pipeline=pipeline),
         "page_obj": page_obj,
         "batch_partitions": batch_partitions,
         "batch_rows": batch_rows,

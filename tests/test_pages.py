@@ -47,6 +47,7 @@ def test_pipeline_page_shows_batches_newest_first_and_lag_per_partition(client, 
     partitions = {row[0]: row for row in cells(html, "partitions")}
     assert partitions["0"][1:5] == ["7", "0", "10", "3"]  # committed, low, high, lag = high - committed
     assert partitions["1"][1:5] == ["9", "0", "10", "1"]
+    assert partitions["0"][-1].startswith("lagging")
     assert "Data is stale" not in html
 
 
@@ -55,7 +56,9 @@ def test_overview_lists_pipelines_with_total_lag(client, alice, stack, unique_na
     save(s, "g", 1_700_000_000_000, {0: 2})
     collect_once()
     html = client.get(reverse("overview")).content.decode()
-    assert s.topic in html and '<td class="num">3</td>' in html
+    row = re.search(rf'<tr data-pipeline="\d+">((?:(?!</tr>).)*{s.topic}.*?)</tr>', html, re.S).group(1)
+    assert '<td class="num total-lag">3</td>' in row
+    assert ">STOPPED</span>" not in row and "p0: 3" in row
 
 
 def test_stale_data_is_said_not_shown_as_current(client, alice, stack, unique_name):

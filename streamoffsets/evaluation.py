@@ -1,0 +1,298 @@
+"""Judgements an on-call engineer needs, as pure functions over plain offsets (no I/O).
+
+Per partition: a state (ok, lagging, low/high out-of-range, missing in store, unknown
+partition, stale). Per pipeline: a status over a sliding window of samples, in the spirit of
+Burrow's rules but tuned to micro-batch cadence, each with the reasons behind it. Lag in
+seconds by interpolation in a per-partition table of (time, high watermark) samples. Retention
+risk: how long until retention deletes data the job has not read yet.
+
+Every rule is numbered in its docstring; tests/test_evaluation.py proves each with a table of
+numbered cases.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Sequence
+
+
+class PartitionState(str, enum.Enum):
+    OK = "ok"
+    LAGGING = "lagging"
+    LOW_OUT_OF_RANGE = "low out-of-range"
+    HIGH_OUT_OF_RANGE = "high out-of-range"
+    MISSING_IN_STORE = "missing in store"
+    UNKNOWN_PARTITION = "unknown partition"
+
+
+class Status(enum.IntEnum):
+    """Ordered by severity: the overview sorts worst first."""
+
+    OK = 0
+    WARN = 1
+    STALLED = 2
+    STOPPED = 3
+    REWOUND = 4
+    ERR = 5
+
+
+@dataclass(frozen=True)
+class PartitionEvaluation:
+    partition: int
+    committed: int | None
+    low: int | None
+    high: int | None
+    lag: int | None
+    state: PartitionState
+    # Low out-of-range: messages deleted by retention before being processed.
+    messages_lost: int = 0
+
+    def describe(self) -> str:
+        p = self.partition
+        if self.state is PartitionState.LOW_OUT_OF_RANGE:
+            return (f"partition {p}: {self.messages_lost:,} messages were deleted by retention before being "
+                    f"processed (committed {self.committed:,} < low watermark {self.low:,})")
+        if self.state is PartitionState.HIGH_OUT_OF_RANGE:
+            return (f"partition {p}: committed offset {self.committed:,} is beyond the high watermark "
+                    f"{self.high:,}: the position does not exist (topic re-created or wrong cluster?)")
+        if self.state is PartitionState.MISSING_IN_STORE:
+            return f"partition {p}: the topic has it, the store has no offset for it"
+        if self.state is PartitionState.UNKNOWN_PARTITION:
+            return f"partition {p}: stored (offset {self.committed:,}) but not in the topic"
+        if self.state is PartitionState.LAGGING:
+            return f"partition {p}: {self.lag:,} messages behind"
+        return f"partition {p}: caught up"
+
+
+def evaluate_partition(partition: int, committed: int | None, low: int | None, high: int | None) -> PartitionEvaluation:
+    """Rules:
+    1. no stored offset for a partition of the topic -> missing in store (lag unknown);
+    2. a stored partition the topic does not have -> unknown partition;
+    3. committed < low -> low out-of-range, messages lost = low - committed, lag = high - committed;
+    4. committed > high -> high out-of-range (lag reported as high - committed, negative);
+    5. high > committed -> lagging; 6. otherwise ok (lag 0).
+    """
+    if committed is None:
+        return PartitionEvaluation(partition, None, low, high, None, PartitionState.MISSING_IN_STORE)
+    if low is None or high is None:
+        return PartitionEvaluation(partition, committed, None, None, None, PartitionState.UNKNOWN_PARTITION)
+    lag = high - committed
+    if committed < low:
+        return PartitionEvaluation(partition, committed, low, high, lag, PartitionState.LOW_OUT_OF_RANGE, low - committed)
+    if committed > high:
+        return PartitionEvaluation(partition, committed, low, high, lag, PartitionState.HIGH_OUT_OF_RANGE)
+    state = PartitionState.LAGGING if lag > 0 else PartitionState.OK
+    return PartitionEvaluation(partition, committed, low, high, lag, state)
+
+
+def evaluate_partitions(
+    committed: dict[int, int], watermarks: dict[int, tuple[int, int]]
+) -> list[PartitionEvaluation]:
+    """Every partition of the topic and of the store, by partition id."""
+    result = []
+    for p in sorted(set(committed) | set(watermarks)):
+        low, high = watermarks.get(p, (None, None))
+        result.append(evaluate_partition(p, committed.get(p), low, high))
+    return result
+
+
+def total_lag(evaluations: Sequence[PartitionEvaluation]) -> int:
+    """Messages not yet processed: the sum of positive lags of partitions with a known lag."""
+    return sum(e.lag for e in evaluations if e.lag is not None and e.lag > 0)
+
+
+# --- pipeline status over a window ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One collection cycle's view of a pipeline."""
+
+    at_s: float  # epoch seconds of the sample
+    committed: dict[int, int]  # partition -> committed offset (the store's newest batch)
+    high: dict[int, int]  # partition -> high watermark
+    last_batch_s: float | None  # epoch seconds of the newest batch the store holds
+
+
+@dataclass
+class StatusResult:
+    status: Status
+    reasons: list[str] = field(default_factory=list)
+
+
+def _lag(sample: Sample) -> int:
+    return sum(max(0, sample.high[p] - c) for p, c in sample.committed.items() if p in sample.high)
+
+
+def batch_interval_s(batch_times_s: Sequence[float]) -> float | None:
+    """The pipeline's own cadence: the median gap between its recent batches (None if < 2)."""
+    times = sorted(batch_times_s)
+    gaps = sorted(b - a for a, b in zip(times, times[1:]) if b > a)
+    if not gaps:
+        return None
+    mid = len(gaps) // 2
+    return gaps[mid] if len(gaps) % 2 else (gaps[mid - 1] + gaps[mid]) / 2
+
+
+def evaluate_status(
+    window: Sequence[Sample],
+    partitions: Sequence[PartitionEvaluation],
+    interval_s: float | None,
+    now_s: float,
+    stop_after_intervals: float = 3.0,
+    min_stale_s: float = 30.0,
+) -> StatusResult:
+    """Rules, worst first; every rule that fires adds its reason:
+    1. ERR: a partition is out of range (low: data lost; high: impossible position);
+    2. REWOUND: a partition's committed offset went backwards within the window;
+    3. STOPPED: no new batch for more than `stop_after_intervals` batch intervals (at least
+       `min_stale_s`); stopped while lag > 0 is ERR (work is piling up and nothing runs);
+    4. STALLED: batches keep coming but no offset moved over the window while lag > 0;
+    5. WARN: lag grew at every step of a window of at least 3 samples;
+    6. OK otherwise.
+    """
+    reasons: list[str] = []
+    worst = Status.OK
+
+    def flag(status: Status, reason: str) -> None:
+        nonlocal worst
+        worst = max(worst, status)
+        reasons.append(reason)
+
+    for e in partitions:
+        if e.state in (PartitionState.LOW_OUT_OF_RANGE, PartitionState.HIGH_OUT_OF_RANGE):
+            flag(Status.ERR, e.describe())
+
+    ordered = sorted(window, key=lambda s: s.at_s)
+    for earlier, later in zip(ordered, ordered[1:]):
+        back = {p: (earlier.committed[p], c) for p, c in later.committed.items()
+                if p in earlier.committed and c < earlier.committed[p]}
+        if back:
+            where = ", ".join(f"partition {p} {a:,} -> {b:,}" for p, (a, b) in sorted(back.items()))
+            flag(Status.REWOUND, f"offsets went backwards: {where}")
+
+    latest = ordered[-1] if ordered else None
+    lag_now = _lag(latest) if latest else 0
+    if latest and latest.last_batch_s is not None:
+        threshold = max(min_stale_s, stop_after_intervals * interval_s) if interval_s else min_stale_s
+        silent = now_s - latest.last_batch_s
+        if silent > threshold:
+            if lag_now > 0:
+                flag(Status.ERR, f"stopped with {lag_now:,} messages waiting: no batch for {silent:,.0f} s "
+                                 f"(expected one every {interval_s or 0:,.0f} s)")
+            else:
+                flag(Status.STOPPED, f"no batch for {silent:,.0f} s (expected one every {interval_s or 0:,.0f} s); "
+                                     "nothing is waiting")
+        elif len(ordered) >= 2 and lag_now > 0:
+            first = ordered[0]
+            moved = any(latest.committed.get(p) != c for p, c in first.committed.items())
+            batches_came = first.last_batch_s is not None and latest.last_batch_s > first.last_batch_s
+            if batches_came and not moved:
+                flag(Status.STALLED, f"batches keep coming but no offset moved in {latest.at_s - first.at_s:,.0f} s "
+                                     f"while {lag_now:,} messages wait")
+
+    if len(ordered) >= 3:
+        lags = [_lag(s) for s in ordered]
+        if all(b > a for a, b in zip(lags, lags[1:])):
+            flag(Status.WARN, f"lag grew at every sample of the last {latest.at_s - ordered[0].at_s:,.0f} s: "
+                              f"{lags[0]:,} -> {lags[-1]:,}")
+    if worst is Status.OK:
+        reasons.append("consuming normally" if lag_now else "caught up")
+    return StatusResult(worst, reasons)
+
+
+# --- lag in seconds ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimeLag:
+    seconds: float | None  # None = unknown (never reported as 0 when unknown)
+    method: str  # how the number was obtained, shown next to it
+
+
+def lag_seconds(
+    committed: int, high_samples: Sequence[tuple[float, int]], now_s: float, max_extrapolation_s: float = 3600.0
+) -> TimeLag:
+    """How long ago the next unprocessed message (offset `committed`) was written.
+
+    `high_samples` are (time, high watermark) pairs of one partition. The message at offset c
+    was written when the high watermark passed c: between the last sample with high <= c and
+    the first with high > c, interpolated linearly. Rules:
+    1. committed >= the newest high watermark: caught up, 0 s ("caught up");
+    2. the crossing lies between two samples: interpolate ("interpolated");
+    3. c is below every sample: extrapolate back from the two oldest distinct samples' rate,
+       capped at `max_extrapolation_s` beyond the oldest sample ("extrapolated, capped");
+    4. fewer than two distinct samples and not caught up: unknown, never 0 ("unknown").
+    Flat stretches (the same high watermark in consecutive samples) collapse to their first
+    sample: the watermark reached that value then, not later.
+    """
+    points: list[tuple[float, int]] = []
+    for t, h in sorted(high_samples):
+        if points and h == points[-1][1]:
+            continue  # flat stretch: keep the time the value was first seen
+        if points and h < points[-1][1]:
+            points = []  # the topic was re-created: older samples no longer describe it
+        points.append((t, h))
+    if points and committed >= points[-1][1]:
+        return TimeLag(0.0, "caught up")
+    if len(points) < 2:
+        return TimeLag(None, "unknown: not enough watermark samples yet")
+    for (t0, h0), (t1, h1) in zip(points, points[1:]):
+        if h0 <= committed < h1:
+            # Offsets h0..h1-1 were written between t0 and t1; offset c at the fraction (c - h0 + 1)/(h1 - h0).
+            t = t0 + (t1 - t0) * (committed - h0 + 1) / (h1 - h0)
+            return TimeLag(max(0.0, now_s - t), "interpolated")
+    (t0, h0), (t1, h1) = points[0], points[1]
+    rate = (h1 - h0) / (t1 - t0) if t1 > t0 else 0.0
+    if rate <= 0:
+        return TimeLag(None, "unknown: no production rate to extrapolate from")
+    # Offset c is written when the high watermark reaches c + 1, as in the interpolation above.
+    back = min(max_extrapolation_s, (h0 - committed - 1) / rate)
+    capped = back >= max_extrapolation_s
+    return TimeLag(max(0.0, now_s - (t0 - back)), "extrapolated, capped" if capped else "extrapolated")
+
+
+# --- retention risk ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetentionRisk:
+    margin: int  # committed - low: unprocessed messages still on disk before deletion reaches the job
+    seconds_left: float | None  # None: the job outruns retention (or rates unknown)
+
+    def describe(self, partition: int) -> str:
+        if self.seconds_left is None:
+            return f"partition {partition}: retention margin {self.margin:,} messages, not shrinking"
+        return (f"partition {partition}: at this rate it loses data in ~{_human(self.seconds_left)} "
+                f"(retention margin {self.margin:,} messages)")
+
+
+def retention_risk(
+    committed: int, low_samples: Sequence[tuple[float, int]], committed_samples: Sequence[tuple[float, int]]
+) -> RetentionRisk:
+    """Rules: 1. margin = committed - low (newest low); 2. the low watermark advances at its
+    rate over the samples, the job at its own; 3. if the low watermark gains on the job, the
+    time left is margin / (low rate - job rate); 4. otherwise no deadline (None)."""
+    lows = sorted(low_samples)
+    margin = committed - lows[-1][1] if lows else 0
+    low_rate = _rate(lows)
+    job_rate = _rate(sorted(committed_samples))
+    if low_rate is None or job_rate is None or low_rate <= job_rate:
+        return RetentionRisk(margin, None)
+    return RetentionRisk(margin, max(0.0, margin / (low_rate - job_rate)))
+
+
+def _rate(samples: Sequence[tuple[float, int]]) -> float | None:
+    if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
+        return None
+    return (samples[-1][1] - samples[0][1]) / (samples[-1][0] - samples[0][0])
+
+
+def _human(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} d"

@@ -1,0 +1,77 @@
+"""Statuses, incidents and out-of-range warnings computed by the collectors and shown on the pages."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.contrib.auth.models import User
+from django.urls import reverse
+from django.utils import timezone
+
+from collectors.cycle import collect_once
+from dashboard import services
+from dashboard.models import Incident, Pipeline, PipelineEvaluation
+from streamoffsets.evaluation import Status
+from streamoffsets.kafka import WatermarkResult
+from streamoffsets.types import Watermarks
+from tests.factories import hbase_store_setup, save
+
+pytestmark = pytest.mark.django_db
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@pytest.fixture
+def oncall(client):
+    client.force_login(User.objects.create_user("dana"))
+    return client
+
+
+def test_a_stopped_pipeline_with_waiting_messages_opens_an_incident_that_recovery_closes(oncall, stack, unique_name):
+    s = hbase_store_setup(stack, unique_name, partitions=1, records=10)
+    save(s, "etl", now_ms() - 600_000, {0: 2})  # the last batch ran ten minutes ago
+    save(s, "etl", now_ms() - 599_000, {0: 4})
+    collect_once()
+    pipeline = Pipeline.objects.get(store=s.store)
+    evaluation = PipelineEvaluation.objects.get(pipeline=pipeline)
+    assert evaluation.status == Status.ERR
+    assert any("stopped with 6 messages waiting" in r for r in evaluation.reasons)
+    incident = Incident.objects.get(pipeline=pipeline, closed_at=None)
+    assert incident.worst_status == Status.ERR
+    overview = oncall.get(reverse("overview")).content.decode()
+    assert 'id="open-incidents"' in overview and s.topic in overview
+
+    save(s, "etl", now_ms(), {0: 10})  # the job is back and caught up
+    collect_once()
+    evaluation.refresh_from_db()
+    incident.refresh_from_db()
+    assert evaluation.status == Status.OK and evaluation.total_lag == 0
+    assert incident.closed_at is not None
+    assert "caught up" in oncall.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
+
+
+def test_low_out_of_range_is_explained_in_words(oncall, stack, unique_name):
+    """Tansu cannot move a low watermark, so the watermarks enter at the service seam."""
+    s = hbase_store_setup(stack, unique_name, partitions=2)
+    save(s, "etl", now_ms(), {0: 1_000, 1: 50})
+    collect_once()
+    pipeline = Pipeline.objects.get(store=s.store)
+    result = WatermarkResult(by_topic={s.topic: {0: Watermarks(0, 2_234, 5_000), 1: Watermarks(1, 0, 50)}})
+    services.watermarks_record(cluster=s.cluster, result=result, sampled_at=timezone.now())
+
+    evaluation = PipelineEvaluation.objects.get(pipeline=pipeline)
+    assert evaluation.status == Status.ERR
+    assert evaluation.reasons[0].startswith("partition 0: 1,234 messages were deleted by retention before being processed")
+    html = oncall.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
+    assert "low out-of-range: 1,234 messages deleted before being processed" in html
+
+
+def test_lag_in_seconds_is_unknown_until_there_are_samples_never_zero(oncall, stack, unique_name):
+    s = hbase_store_setup(stack, unique_name, partitions=1, records=5)
+    save(s, "etl", now_ms(), {0: 1})
+    collect_once()
+    evaluation = PipelineEvaluation.objects.get(pipeline__store=s.store)
+    assert evaluation.total_lag == 4
+    assert evaluation.lag_seconds is None and evaluation.lag_seconds_method.startswith("unknown")
