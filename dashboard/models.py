@@ -116,30 +116,44 @@ class Batch(models.Model):
 
 
 class WatermarkSample(models.Model):
+    """A topic's low/high watermarks at one collection cycle: one row for all its partitions,
+    numbers packed as int64 arrays (dashboard.packing) to keep history cheap."""
+
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="watermark_samples")
     topic = models.CharField(max_length=255)
-    partition = models.IntegerField()
-    low = models.BigIntegerField()
-    high = models.BigIntegerField()
     sampled_at = models.DateTimeField()
+    partitions = models.BinaryField()
+    lows = models.BinaryField()
+    highs = models.BinaryField()
 
     class Meta:
         indexes = [models.Index(fields=["cluster", "topic", "-sampled_at"], name="wm_cluster_topic_time")]
 
+    def watermarks(self) -> dict[int, tuple[int, int]]:
+        from dashboard.packing import unpack
+
+        return {p: (lo, hi) for p, lo, hi in zip(unpack(self.partitions), unpack(self.lows), unpack(self.highs))}
+
 
 class LagSample(models.Model):
-    """Lag of a pipeline at one collection cycle: committed vs the watermarks sampled then."""
+    """A pipeline at one collection cycle: its committed offsets (packed) and total lag; the
+    watermarks of the same cycle are in the WatermarkSample with the same `sampled_at`."""
 
     pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="lag_samples")
     sampled_at = models.DateTimeField()
     total_lag = models.BigIntegerField()
-    # {"<partition>": {"committed": int|null, "low": int, "high": int, "lag": int|null}}
-    partitions = models.JSONField()
+    partitions = models.BinaryField()
+    committed = models.BinaryField()
     # The newest batch the store held at this sample: the status rules need its age over time.
     last_batch_ms = models.BigIntegerField(null=True)
 
     class Meta:
         indexes = [models.Index(fields=["pipeline", "-sampled_at"], name="lag_pipeline_time")]
+
+    def committed_offsets(self) -> dict[int, int]:
+        from dashboard.packing import unpack_map
+
+        return {p: c for p, c in unpack_map(self.partitions, self.committed).items() if c is not None}
 
 
 class StoreProblem(models.Model):

@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, JSONField, OuterRef, Subquery
 from django.utils import timezone
 
 from collectors.readers import StoreReading
@@ -21,10 +21,11 @@ from dashboard.models import (
     StoreProblem,
     WatermarkSample,
 )
+from dashboard.packing import pack, pack_map
 from streamoffsets import evaluation
 from streamoffsets.evaluation import Sample
 from streamoffsets.kafka import WatermarkResult
-from streamoffsets.types import BatchOffsets, RowProblem, Watermarks
+from streamoffsets.types import BatchOffsets, RowProblem
 
 
 def cluster_get_or_create(*, name: str, bootstrap_servers: str) -> Cluster:
@@ -129,64 +130,63 @@ def _problems_record(store: Store, problems: list[RowProblem]) -> None:
             StoreProblem.objects.create(store=store, key=problem.key[:500], problem=problem.problem[:1000])
 
 
-def lag_partitions(committed: dict[str, int] | None, watermarks: dict[int, Watermarks]) -> dict[str, dict]:
-    """Per-partition lag = high watermark - committed; partitions missing in the store have none."""
-    committed = committed or {}
-    result = {}
-    for partition, wm in sorted(watermarks.items()):
-        offset = committed.get(str(partition))
-        result[str(partition)] = {
-            "committed": offset,
-            "low": wm.low,
-            "high": wm.high,
-            "lag": None if offset is None else wm.high - offset,
-        }
-    for partition, offset in committed.items():
-        if int(partition) not in watermarks:
-            result[partition] = {"committed": offset, "low": None, "high": None, "lag": None}
-    return result
-
-
 @transaction.atomic
 def watermarks_record(*, cluster: Cluster, result: WatermarkResult, sampled_at: datetime) -> int:
-    """Store the cluster's watermarks, then per pipeline reading its topics: a lag sample and an
-    evaluation (status, lag in seconds, retention risk), opening or closing its incident."""
-    WatermarkSample.objects.bulk_create(
-        [
-            WatermarkSample(cluster=cluster, topic=topic, partition=p, low=w.low, high=w.high, sampled_at=sampled_at)
-            for topic, parts in result.by_topic.items()
-            for p, w in parts.items()
-        ],
-        batch_size=1000,
-    )
-    samples = []
+    """Store the cluster's watermarks (one row per topic), then per pipeline reading its topics:
+    a lag sample and an evaluation (status, lag in seconds, retention risk), and its incident."""
+    rows = []
+    for topic, parts in result.by_topic.items():
+        ids = sorted(parts)
+        rows.append(WatermarkSample(
+            cluster=cluster, topic=topic, sampled_at=sampled_at, partitions=pack(ids),
+            lows=pack([parts[p].low for p in ids]), highs=pack([parts[p].high for p in ids]),
+        ))
+    WatermarkSample.objects.bulk_create(rows, batch_size=1000)
+
     pipelines = list(Pipeline.objects.filter(store__cluster=cluster, topic__in=list(result.by_topic)))
+    newest = _newest_offsets([p.pk for p in pipelines])
+    samples = []
     for pipeline in pipelines:
-        last = pipeline.batches.order_by("-batch_time_ms").only("offsets").first()
-        parts = lag_partitions(last.offsets if last else None, result.by_topic[pipeline.topic])
-        total = sum(max(0, v["lag"]) for v in parts.values() if v["lag"] is not None)
-        samples.append(LagSample(pipeline=pipeline, sampled_at=sampled_at, total_lag=total, partitions=parts,
-                                 last_batch_ms=pipeline.last_batch_ms))
-    LagSample.objects.bulk_create(samples)
-    for pipeline, sample in zip(pipelines, samples):
-        _pipeline_evaluate(pipeline, sample, now=sampled_at)
+        committed = newest.get(pipeline.pk, {})
+        marks = {p: (w.low, w.high) for p, w in result.by_topic[pipeline.topic].items()}
+        total = evaluation.total_lag(evaluation.evaluate_partitions(committed, marks))
+        ids, values = pack_map(committed)
+        samples.append(LagSample(pipeline=pipeline, sampled_at=sampled_at, total_lag=total,
+                                 partitions=ids, committed=values, last_batch_ms=pipeline.last_batch_ms))
+    LagSample.objects.bulk_create(samples, batch_size=1000)
+    for pipeline in pipelines:
+        marks = {p: (w.low, w.high) for p, w in result.by_topic[pipeline.topic].items()}
+        _pipeline_evaluate(pipeline, newest.get(pipeline.pk, {}), marks, now=sampled_at)
     return len(samples)
 
 
-def _offsets_of(sample: LagSample, key: str) -> dict[int, int]:
-    return {int(p): v[key] for p, v in sample.partitions.items() if v.get(key) is not None}
+def _newest_offsets(pipeline_ids: list[int]) -> dict[int, dict[int, int]]:
+    """Each pipeline's newest batch offsets, in one query (an indexed subquery per pipeline)."""
+    newest = Batch.objects.filter(pipeline=OuterRef("pk")).order_by("-batch_time_ms").values("offsets")[:1]
+    rows = Pipeline.objects.filter(pk__in=pipeline_ids).annotate(
+        newest=Subquery(newest, output_field=JSONField())
+    ).values_list("pk", "newest")
+    return {pk: {int(p): o for p, o in offsets.items()} for pk, offsets in rows if offsets}
 
 
-def _pipeline_evaluate(pipeline: Pipeline, sample: LagSample, now: datetime) -> PipelineEvaluation:
+def _pipeline_evaluate(
+    pipeline: Pipeline, committed: dict[int, int], marks: dict[int, tuple[int, int]], now: datetime
+) -> PipelineEvaluation:
     """Evaluate one pipeline from its newest samples (pure rules in streamoffsets.evaluation)."""
+    since = now - timedelta(seconds=settings.LAG_SECONDS_LOOKBACK_S)
     recent = list(pipeline.lag_samples.order_by("-sampled_at")[: settings.EVALUATION_WINDOW_SAMPLES])[::-1]
+    # The topic's watermark history (lag in seconds, retention) covers the window's samples too.
+    history = list(WatermarkSample.objects.filter(
+        cluster_id=pipeline.store.cluster_id, topic=pipeline.topic,
+        sampled_at__gte=min([since] + [s.sampled_at for s in recent]),
+    ).order_by("sampled_at"))
+    marks_at = {w.sampled_at: w.watermarks() for w in history}
     window = [
-        Sample(s.sampled_at.timestamp(), _offsets_of(s, "committed"), _offsets_of(s, "high"),
+        Sample(s.sampled_at.timestamp(), s.committed_offsets(),
+               {p: hi for p, (_, hi) in marks_at.get(s.sampled_at, {}).items()},
                s.last_batch_ms / 1000 if s.last_batch_ms else None)
         for s in recent
     ]
-    committed = _offsets_of(sample, "committed")
-    marks = {int(p): (v["low"], v["high"]) for p, v in sample.partitions.items() if v.get("high") is not None}
     partitions = evaluation.evaluate_partitions(committed, marks)
     batch_times = pipeline.batches.order_by("-batch_time_ms").values_list("batch_time_ms", flat=True)[:20]
     interval = evaluation.batch_interval_s([t / 1000 for t in batch_times])
@@ -195,19 +195,18 @@ def _pipeline_evaluate(pipeline: Pipeline, sample: LagSample, now: datetime) -> 
         stop_after_intervals=settings.STOP_AFTER_INTERVALS, min_stale_s=settings.STALE_AFTER_S,
     )
 
-    # Lag in seconds and retention need each partition's watermark history (the last hour).
-    since = now - timedelta(seconds=settings.LAG_SECONDS_LOOKBACK_S)
     highs: dict[int, list[tuple[float, int]]] = {}
     lows: dict[int, list[tuple[float, int]]] = {}
-    for p, at, low, high in WatermarkSample.objects.filter(
-        cluster_id=pipeline.store.cluster_id, topic=pipeline.topic, sampled_at__gte=since
-    ).values_list("partition", "sampled_at", "low", "high"):
-        highs.setdefault(p, []).append((at.timestamp(), high))
-        lows.setdefault(p, []).append((at.timestamp(), low))
+    for w in history:
+        if w.sampled_at < since:
+            continue
+        for p, (lo, hi) in marks_at[w.sampled_at].items():
+            highs.setdefault(p, []).append((w.sampled_at.timestamp(), hi))
+            lows.setdefault(p, []).append((w.sampled_at.timestamp(), lo))
     commits: dict[int, list[tuple[float, int]]] = {}
-    for s in recent:
-        for p, c in _offsets_of(s, "committed").items():
-            commits.setdefault(p, []).append((s.sampled_at.timestamp(), c))
+    for sample in window:
+        for p, c in sample.committed.items():
+            commits.setdefault(p, []).append((sample.at_s, c))
 
     rows, worst_seconds, worst_method, soonest_loss = [], None, "", None
     for e in partitions:

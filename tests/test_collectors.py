@@ -5,7 +5,7 @@ import happybase
 import pytest
 
 from collectors.cycle import collect_once
-from dashboard.models import Batch, LagSample, Pipeline, SourceHealth, StoreProblem
+from dashboard.models import Batch, LagSample, Pipeline, PipelineEvaluation, SourceHealth, StoreProblem
 from localstack.components import free_port
 from streamoffsets.types import BatchOffsets
 from tests.factories import hbase_store_setup, save
@@ -28,9 +28,9 @@ def test_cycle_stores_exactly_the_batches_in_hbase_and_lag_per_partition(stack, 
         (1_700_000_005_000, {"0": 6, "1": 7, "2": 8}, 12),
     ]
     sample = LagSample.objects.get(pipeline=pipeline)
-    assert {p: v["lag"] for p, v in sample.partitions.items()} == {"0": 4, "1": 3, "2": 2}
-    assert {p: v["high"] for p, v in sample.partitions.items()} == {"0": 10, "1": 10, "2": 10}
-    assert sample.total_lag == 9
+    assert sample.committed_offsets() == {0: 6, 1: 7, 2: 8} and sample.total_lag == 9
+    rows = PipelineEvaluation.objects.get(pipeline=pipeline).partitions
+    assert {r["partition"]: (r["lag"], r["high"]) for r in rows} == {0: (4, 10), 1: (3, 10), 2: (2, 10)}
 
 
 def test_cycles_are_incremental_and_idempotent(stack, unique_name):

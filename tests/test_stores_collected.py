@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from collectors.cycle import collect_once
 from dashboard import services
-from dashboard.models import LagSample, Pipeline
+from dashboard.models import Pipeline, PipelineEvaluation
 from pipeline.producer import ensure_topic, produce
 from streamoffsets.store import open_store
 from streamoffsets.types import BatchOffsets
@@ -44,8 +44,8 @@ def test_each_writable_store_reaches_the_pipeline_page(client, stack, tmp_path, 
     pipeline = Pipeline.objects.get(store=store, topic=topic, group=group)
     offsets = list(pipeline.batches.order_by("batch_time_ms").values_list("offsets", flat=True))
     assert offsets == [{"0": 3, "1": 4}, {"0": 6, "1": 8}]
-    sample = LagSample.objects.filter(pipeline=pipeline).latest("sampled_at")
-    assert {p: v["lag"] for p, v in sample.partitions.items()} == {"0": 4, "1": 2}
+    rows = PipelineEvaluation.objects.get(pipeline=pipeline).partitions
+    assert {r["partition"]: r["lag"] for r in rows} == {0: 4, 1: 2}
 
     client.force_login(User.objects.create_user("bob"))
     html = client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
