@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from dashboard.models import Cluster, Pipeline, SourceHealth, Store, StoreProblem
+from dashboard.models import Cluster, Incident, Pipeline, PipelineToken, SourceHealth, StartReport, Store, StoreProblem
 
 
 @admin.register(Cluster)
@@ -27,3 +27,23 @@ class SourceHealthAdmin(admin.ModelAdmin):
 @admin.register(StoreProblem)
 class StoreProblemAdmin(admin.ModelAdmin):
     list_display = ("store", "key", "problem", "occurrences", "last_seen_at")
+
+
+@admin.register(PipelineToken)
+class PipelineTokenAdmin(admin.ModelAdmin):
+    # Tokens are issued by `manage.py issue_pipeline_token` (shown once); here they are listed and revoked.
+    list_display = ("prefix", "name", "pipeline", "created_at", "revoked_at")
+    readonly_fields = ("pipeline", "name", "prefix", "token_hash", "created_at")
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(StartReport)
+class StartReportAdmin(admin.ModelAdmin):
+    list_display = ("pipeline", "received_at", "first_start", "clamped_partitions", "messages_lost")
+
+
+@admin.register(Incident)
+class IncidentAdmin(admin.ModelAdmin):
+    list_display = ("pipeline", "opened_at", "closed_at", "worst_status")

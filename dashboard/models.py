@@ -222,3 +222,32 @@ class Incident(models.Model):
         from streamoffsets.evaluation import Status
 
         return Status(self.worst_status).name
+
+
+class PipelineToken(models.Model):
+    """A machine credential for one pipeline's job: stored hashed, shown once, revocable."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="tokens")
+    name = models.CharField(max_length=200)
+    # sha256 of the token; the token itself is never stored.
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12)  # shown in lists so people can tell tokens apart
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name})"
+
+
+class StartReport(models.Model):
+    """Where a job decided to start (streamoffsets.restart's report), sent by the job itself."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="start_reports")
+    received_at = models.DateTimeField(auto_now_add=True)
+    report = models.JSONField()
+    first_start = models.BooleanField(default=False)
+    clamped_partitions = models.PositiveIntegerField(default=0)
+    messages_lost = models.BigIntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["pipeline", "-received_at"], name="start_pipeline_time")]

@@ -10,7 +10,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import F, Min, Q
 from django.utils import timezone
 
-from dashboard.models import Batch, Cluster, Incident, Pipeline, PipelineEvaluation, SourceHealth, Store, StoreProblem
+from dashboard.models import Batch, Cluster, Incident, Pipeline, PipelineEvaluation, SourceHealth, StartReport, Store, StoreProblem
 from streamoffsets.types import PipelineKey
 
 
@@ -88,6 +88,10 @@ def pipeline_incidents(*, pipeline: Pipeline, limit: int = 10) -> list[Incident]
 
 def pipeline_get(*, pipeline_id: int) -> Pipeline:
     return Pipeline.objects.select_related("store", "store__cluster").get(pk=pipeline_id)
+
+
+def pipeline_start_reports(*, pipeline: Pipeline, limit: int = 10) -> list[StartReport]:
+    return list(pipeline.start_reports.order_by("-received_at")[:limit])
 
 
 def pipeline_evaluation(*, pipeline: Pipeline) -> PipelineEvaluation | None:

@@ -1,6 +1,9 @@
 """Writes: everything that changes the database goes through these functions."""
 from __future__ import annotations
 
+import hashlib
+import secrets
+
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -16,7 +19,9 @@ from dashboard.models import (
     LagSample,
     Pipeline,
     PipelineEvaluation,
+    PipelineToken,
     SourceHealth,
+    StartReport,
     Store,
     StoreProblem,
     WatermarkSample,
@@ -255,3 +260,66 @@ def _incident_update(pipeline: Pipeline, status: evaluation.StatusResult, now: d
         open_incident.worst_status = int(status.status)
         open_incident.reasons = status.reasons
         open_incident.save(update_fields=["worst_status", "reasons"])
+
+
+# --- machine tokens and start reports -----------------------------------------------------------
+
+TOKEN_PREFIX = "owp_"
+
+
+def _token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def pipeline_token_issue(*, pipeline: Pipeline, name: str) -> tuple[PipelineToken, str]:
+    """A new token for a pipeline's job. The plain token is returned once and never stored."""
+    plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = PipelineToken.objects.create(pipeline=pipeline, name=name, token_hash=_token_hash(plain), prefix=plain[:12])
+    return token, plain
+
+
+def pipeline_token_revoke(*, token: PipelineToken) -> None:
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+
+
+def pipeline_for_token(*, token: str) -> Pipeline | None:
+    """The pipeline a (non-revoked) token belongs to; None for unknown or revoked tokens."""
+    if not token.startswith(TOKEN_PREFIX):
+        return None
+    found = PipelineToken.objects.select_related("pipeline").filter(
+        token_hash=_token_hash(token), revoked_at=None
+    ).first()
+    return found.pipeline if found else None
+
+
+class InvalidReport(ValueError):
+    """A start report that does not have the shape streamoffsets.restart produces."""
+
+
+def start_report_record(*, pipeline: Pipeline, report: dict) -> StartReport:
+    """Record where a job started; the report must be for the token's own pipeline."""
+    if not isinstance(report, dict):
+        raise InvalidReport("the report must be a JSON object")
+    if report.get("topic") != pipeline.topic or report.get("group") != pipeline.group:
+        raise InvalidReport(
+            f"the report is for {report.get('topic')!r}/{report.get('group')!r} but the token belongs to "
+            f"{pipeline.topic!r}/{pipeline.group!r}"
+        )
+    offsets = report.get("offsets")
+    if not isinstance(offsets, dict) or not all(
+        str(p).isdigit() and isinstance(o, int) and not isinstance(o, bool) and o >= 0 for p, o in offsets.items()
+    ):
+        raise InvalidReport("'offsets' must map partition ids to non-negative integers")
+    clamps = report.get("clamps") or []
+    if not isinstance(clamps, list) or not all(isinstance(c, dict) for c in clamps):
+        raise InvalidReport("'clamps' must be a list of objects")
+    try:
+        lost = sum(int(c.get("messages_lost", 0)) for c in clamps)
+    except (TypeError, ValueError):
+        raise InvalidReport("'clamps[].messages_lost' must be integers") from None
+    return StartReport.objects.create(
+        pipeline=pipeline, report=report, first_start=bool(report.get("first_start")),
+        clamped_partitions=len(clamps), messages_lost=lost,
+    )

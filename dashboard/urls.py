@@ -12,6 +12,7 @@ urlpatterns = [
     path("pipelines/<int:pipeline_id>/lag-chart.json", views.pipeline_lag_chart, name="pipeline_lag_chart"),
     path("assets/plotly.min.js", views.plotly_js, name="plotly_js"),
     path("healthz", views.healthz, name="healthz"),
+    path("api/v1/start-reports", views.api_start_report, name="api_start_report"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

@@ -12,9 +12,10 @@ from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.cache import cache_control
-from django.views.decorators.http import require_GET
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import charts, selectors
+from dashboard import charts, selectors, services
 from dashboard.models import Pipeline
 
 
@@ -60,6 +61,7 @@ def _pipeline_context(request, pipeline: Pipeline) -> dict:
         "freshness": selectors.pipeline_freshness(pipeline=pipeline),
         "evaluation": selectors.pipeline_evaluation(pipeline=pipeline),
         "incidents": selectors.pipeline_incidents(pipeline=pipeline),
+        "start_reports": selectors.pipeline_start_reports(pipeline=pipeline),
         "page_obj": page_obj,
         "batch_partitions": batch_partitions,
         "batch_rows": batch_rows,
@@ -114,3 +116,30 @@ def healthz(request):
     except Exception as exc:
         return JsonResponse({"status": "error", "database": str(exc)}, status=503)
     return JsonResponse({"status": "ok"})
+
+
+# --- JSON API for jobs (token auth) --------------------------------------------------------------
+
+
+def _json_error(status: int, message: str) -> JsonResponse:
+    return JsonResponse({"error": message}, status=status)
+
+
+@csrf_exempt  # machine clients authenticate with a bearer token, not a session cookie
+@require_POST
+def api_start_report(request):
+    auth = request.headers.get("Authorization", "")
+    if not auth.startswith("Bearer "):
+        return _json_error(401, "missing 'Authorization: Bearer <pipeline token>' header")
+    pipeline = services.pipeline_for_token(token=auth.removeprefix("Bearer ").strip())
+    if pipeline is None:
+        return _json_error(401, "unknown or revoked pipeline token")
+    try:
+        payload = json.loads(request.body or b"")
+    except ValueError as exc:
+        return _json_error(400, f"the body is not JSON: {exc}")
+    try:
+        report = services.start_report_record(pipeline=pipeline, report=payload)
+    except services.InvalidReport as exc:
+        return _json_error(400, str(exc))
+    return JsonResponse({"id": report.pk, "pipeline": pipeline.pk}, status=201)

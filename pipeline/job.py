@@ -25,6 +25,7 @@ from typing import Callable
 
 from pipeline.kafka_source import KafkaDataSource
 from pipeline.output import OutputSink
+from streamoffsets.dashboard_client import DashboardClient, report_start_quietly
 from streamoffsets.kafka import KafkaWatermarkReader
 from streamoffsets.restart import OnMissing, OutOfRange, StartPlan, restart
 from streamoffsets.store import open_store
@@ -50,6 +51,9 @@ class JobConfig:
     # that instant) or by raising (in-process tests).
     crash_after_output_at_batch: int | None = None
     crash_by_exit: bool = False
+    # The dashboard records where the job started (clamps included) when given its URL and token.
+    dashboard_url: str | None = None
+    dashboard_token: str | None = None
 
 
 class SimulatedCrash(RuntimeError):
@@ -86,7 +90,10 @@ class ReferenceJob:
         if hasattr(self._store, "ensure_table"):
             self._store.ensure_table()
         watermarks = KafkaWatermarkReader(cfg.bootstrap).topic_watermarks
-        return restart(self._store, cfg.topic, cfg.group, watermarks, cfg.on_missing, cfg.out_of_range)
+        plan = restart(self._store, cfg.topic, cfg.group, watermarks, cfg.on_missing, cfg.out_of_range)
+        client = DashboardClient(cfg.dashboard_url, cfg.dashboard_token) if cfg.dashboard_url and cfg.dashboard_token else None
+        report_start_quietly(client, plan)
+        return plan
 
     def start(self):
         cfg = self.config
@@ -181,6 +188,9 @@ def main() -> None:
     parser.add_argument("--max-offsets-per-partition", type=int)
     parser.add_argument("--append-output", action="store_true", help="keep every write (count duplicates)")
     parser.add_argument("--crash-after-output-at-batch", type=int, help="fault injection: exit after that batch's output")
+    parser.add_argument("--dashboard-url", default=os.environ.get("OFFSETWATCH_DASHBOARD_URL"))
+    parser.add_argument("--dashboard-token", default=os.environ.get("OFFSETWATCH_DASHBOARD_TOKEN"),
+                        help="the pipeline's token (better: the env var, kept out of process lists)")
     parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "offsetwatch-spark")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -201,6 +211,7 @@ def main() -> None:
             on_missing=args.on_missing, out_of_range=args.out_of_range,
             idempotent_output=not args.append_output,
             crash_after_output_at_batch=args.crash_after_output_at_batch, crash_by_exit=True,
+            dashboard_url=args.dashboard_url, dashboard_token=args.dashboard_token,
         ),
     )
     try:
