@@ -17,3 +17,4 @@ def _schedule(sender, **kwargs):
     from django.conf import settings
 
     sender.add_periodic_task(settings.POLL_INTERVAL_S, sender.signature("collectors.tasks.collect_all"), name="collect-all")
+    sender.add_periodic_task(settings.PRUNE_INTERVAL_S, sender.signature("collectors.tasks.prune"), name="prune")

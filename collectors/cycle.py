@@ -82,7 +82,8 @@ def poll_cluster(cluster_id: int) -> int:
     cluster = Cluster.objects.get(pk=cluster_id)
     with _polling(f"cluster:{cluster.pk}", f"cluster {cluster.name} ({cluster.bootstrap_servers})") as outcome:
         topics = selectors.cluster_topics(cluster=cluster)
-        result = read_watermarks(cluster.bootstrap_servers, topics, timeout_s=settings.IO_TIMEOUT_S)
+        result = read_watermarks(cluster.bootstrap_servers, topics, timeout_s=settings.IO_TIMEOUT_S,
+                                 chunk_size=settings.KAFKA_LIST_OFFSETS_CHUNK)
         if result.missing:
             outcome.warning = "; ".join(f"topic {t!r}: {why}" for t, why in sorted(result.missing.items()))
         return services.watermarks_record(cluster=cluster, result=result, sampled_at=outcome.started_at)

@@ -39,5 +39,5 @@ def read_store(url: str, positions: dict[PipelineKey, int], max_batches: int, ti
     return reading
 
 
-def read_watermarks(bootstrap: str, topics: list[str], timeout_s: float) -> WatermarkResult:
-    return KafkaWatermarkReader(bootstrap, timeout_s=timeout_s).watermarks(sorted(set(topics)))
+def read_watermarks(bootstrap: str, topics: list[str], timeout_s: float, chunk_size: int = 500) -> WatermarkResult:
+    return KafkaWatermarkReader(bootstrap, timeout_s=timeout_s, chunk_size=chunk_size).watermarks(sorted(set(topics)))

@@ -45,3 +45,14 @@ def poll_store(store_id: int) -> None:
 @shared_task(name="collectors.tasks.poll_cluster", ignore_result=True, soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
 def poll_cluster(cluster_id: int) -> None:
     _poll_alone(f"cluster:{cluster_id}", cycle.poll_cluster, cluster_id)
+
+
+@shared_task(name="collectors.tasks.prune", ignore_result=True, soft_time_limit=600, time_limit=660)
+def prune() -> None:
+    from django.utils import timezone
+
+    from dashboard import services
+
+    with source_lock("prune", ttl_s=660) as acquired:
+        if acquired:
+            services.history_prune(now=timezone.now())

