@@ -122,7 +122,7 @@ class WatermarkSample(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="watermark_samples")
     topic = models.CharField(max_length=255)
     sampled_at = models.DateTimeField()
-    partitions = models.BinaryField()
+    partitions = models.BinaryField()  # empty when the partitions are 0..n-1
     lows = models.BinaryField()
     highs = models.BinaryField()
 
@@ -130,9 +130,10 @@ class WatermarkSample(models.Model):
         indexes = [models.Index(fields=["cluster", "topic", "-sampled_at"], name="wm_cluster_topic_time")]
 
     def watermarks(self) -> dict[int, tuple[int, int]]:
-        from dashboard.packing import unpack
+        from dashboard.packing import unpack, unpack_partitions
 
-        return {p: (lo, hi) for p, lo, hi in zip(unpack(self.partitions), unpack(self.lows), unpack(self.highs))}
+        lows, highs = unpack(self.lows), unpack(self.highs)
+        return {p: (lo, hi) for p, lo, hi in zip(unpack_partitions(self.partitions, len(lows)), lows, highs)}
 
 
 class LagSample(models.Model):
@@ -142,7 +143,7 @@ class LagSample(models.Model):
     pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="lag_samples")
     sampled_at = models.DateTimeField()
     total_lag = models.BigIntegerField()
-    partitions = models.BinaryField()
+    partitions = models.BinaryField()  # empty when the partitions are 0..n-1
     committed = models.BinaryField()
     # The newest batch the store held at this sample: the status rules need its age over time.
     last_batch_ms = models.BigIntegerField(null=True)

@@ -29,11 +29,22 @@ def unpack(data: bytes | memoryview | None) -> list[int | None]:
     return [None if v == NONE else v for v in arr]
 
 
+def pack_partitions(partitions: list[int]) -> bytes:
+    """Partition ids, sorted. Empty when they are 0..n-1 (nearly always): the values' count says n."""
+    return b"" if partitions == list(range(len(partitions))) else pack(partitions)
+
+
+def unpack_partitions(data: bytes | memoryview | None, count: int) -> list[int]:
+    ids = unpack(data)
+    return ids if ids else list(range(count))
+
+
 def pack_map(values: dict[int, int | None]) -> tuple[bytes, bytes]:
     """(partitions, values) packed, in partition order."""
     partitions = sorted(values)
-    return pack(partitions), pack([values[p] for p in partitions])
+    return pack_partitions(partitions), pack([values[p] for p in partitions])
 
 
 def unpack_map(partitions: bytes, values: bytes) -> dict[int, int | None]:
-    return dict(zip(unpack(partitions), unpack(values)))
+    vals = unpack(values)
+    return dict(zip(unpack_partitions(partitions, len(vals)), vals))

@@ -27,7 +27,7 @@ from dashboard.models import (
     StoreProblem,
     WatermarkSample,
 )
-from dashboard.packing import pack, pack_map
+from dashboard.packing import pack, pack_map, pack_partitions
 from streamoffsets import evaluation
 from streamoffsets.evaluation import Sample
 from streamoffsets.kafka import WatermarkResult
@@ -144,7 +144,7 @@ def watermarks_record(*, cluster: Cluster, result: WatermarkResult, sampled_at: 
     for topic, parts in result.by_topic.items():
         ids = sorted(parts)
         rows.append(WatermarkSample(
-            cluster=cluster, topic=topic, sampled_at=sampled_at, partitions=pack(ids),
+            cluster=cluster, topic=topic, sampled_at=sampled_at, partitions=pack_partitions(ids),
             lows=pack([parts[p].low for p in ids]), highs=pack([parts[p].high for p in ids]),
         ))
     WatermarkSample.objects.bulk_create(rows, batch_size=1000)
