@@ -5,6 +5,8 @@ from datetime import datetime, timezone
 
 from django.db import models
 
+from dashboard.fields import PackedIntsField, RowsJSONField
+
 
 class Cluster(models.Model):
     """A Kafka cluster whose watermarks are polled."""
@@ -78,6 +80,11 @@ class Pipeline(models.Model):
     first_seen_at = models.DateTimeField(auto_now_add=True)
     # Denormalised from the newest Batch so the overview sorts without a subquery.
     last_batch_ms = models.BigIntegerField(null=True)
+    # The newest batches' times (at most RECENT_BATCHES), oldest first: the pipeline's own cadence
+    # for the status rules, kept here so a cycle needs no query per pipeline.
+    recent_batch_ms = models.JSONField(default=list)
+
+    RECENT_BATCHES = 21
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["store", "topic", "group"], name="pipeline_unique")]
@@ -122,9 +129,9 @@ class WatermarkSample(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="watermark_samples")
     topic = models.CharField(max_length=255)
     sampled_at = models.DateTimeField()
-    partitions = models.BinaryField()  # empty when the partitions are 0..n-1
-    lows = models.BinaryField()
-    highs = models.BinaryField()
+    partitions = PackedIntsField()  # empty when the partitions are 0..n-1
+    lows = PackedIntsField()
+    highs = PackedIntsField()
 
     class Meta:
         indexes = [models.Index(fields=["cluster", "topic", "-sampled_at"], name="wm_cluster_topic_time")]
@@ -143,8 +150,8 @@ class LagSample(models.Model):
     pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="lag_samples")
     sampled_at = models.DateTimeField()
     total_lag = models.BigIntegerField()
-    partitions = models.BinaryField()  # empty when the partitions are 0..n-1
-    committed = models.BinaryField()
+    partitions = PackedIntsField()  # empty when the partitions are 0..n-1
+    committed = PackedIntsField()
     # The newest batch the store held at this sample: the status rules need its age over time.
     last_batch_ms = models.BigIntegerField(null=True)
 
@@ -177,10 +184,10 @@ class PipelineEvaluation(models.Model):
     pipeline = models.OneToOneField(Pipeline, on_delete=models.CASCADE, related_name="evaluation")
     evaluated_at = models.DateTimeField()
     status = models.PositiveSmallIntegerField()  # streamoffsets.evaluation.Status
-    reasons = models.JSONField(default=list)
+    reasons = RowsJSONField(default=list)
     # [{"partition", "committed", "low", "high", "lag", "state", "messages_lost", "lag_seconds",
     #   "lag_method", "retention_margin", "retention_seconds_left"}]
-    partitions = models.JSONField(default=list)
+    partitions = RowsJSONField(default=list)
     total_lag = models.BigIntegerField(null=True)
     # The largest per-partition lag in seconds; null when unknown (never 0 for unknown).
     lag_seconds = models.FloatField(null=True)

@@ -48,3 +48,4 @@ def pack_map(values: dict[int, int | None]) -> tuple[bytes, bytes]:
 def unpack_map(partitions: bytes, values: bytes) -> dict[int, int | None]:
     vals = unpack(values)
     return dict(zip(unpack_partitions(partitions, len(vals)), vals))
+

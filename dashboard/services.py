@@ -84,47 +84,63 @@ def _as_json_offsets(batch: BatchOffsets) -> dict[str, int]:
 def store_reading_record(*, store: Store, reading: StoreReading) -> int:
     """Register discovered pipelines, append their new batches and keep row problems visible.
 
-    Returns the number of batches added. Re-recording the same batches adds nothing.
+    A constant number of queries whatever the number of pipelines. Returns the number of batches
+    added; re-recording the same batches adds nothing.
     """
-    added = 0
-    pipelines = {}
-    for key in reading.pipelines:
-        pipeline, _ = Pipeline.objects.get_or_create(store=store, topic=key.topic, group=key.group)
-        pipelines[key] = pipeline
-    for key, batches in reading.batches.items():
-        if batches:
-            added += _batches_append(pipelines[key], batches, reading.keeps_history)
+    known = set(store.pipelines.values_list("topic", "group"))
+    Pipeline.objects.bulk_create(
+        [Pipeline(store=store, topic=k.topic, group=k.group) for k in reading.pipelines if (k.topic, k.group) not in known],
+        ignore_conflicts=True,
+    )
+    with_batches = {(k.topic, k.group): b for k, b in reading.batches.items() if b}
+    pipelines = [p for p in store.pipelines.all() if (p.topic, p.group) in with_batches]
+    newest = _newest_batches([p.pk for p in pipelines])
+    rows: list[Batch] = []
+    changed: list[Pipeline] = []
+    for pipeline in pipelines:
+        last_ms, previous = newest.get(pipeline.pk, (None, None))
+        new = _batches_new(pipeline, with_batches[(pipeline.topic, pipeline.group)], last_ms, previous,
+                           reading.keeps_history)
+        if new:
+            rows.extend(new)
+            pipeline.last_batch_ms = new[-1].batch_time_ms
+            pipeline.recent_batch_ms = (pipeline.recent_batch_ms + [b.batch_time_ms for b in new])[-Pipeline.RECENT_BATCHES:]
+            changed.append(pipeline)
+    Batch.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000)
+    Pipeline.objects.bulk_update(changed, ["last_batch_ms", "recent_batch_ms"], batch_size=1000)
     _problems_record(store, reading.problems)
-    return added
+    return len(rows)
 
 
-def _batches_append(pipeline: Pipeline, batches: list[BatchOffsets], keeps_history: bool) -> int:
-    last = pipeline.batches.order_by("-batch_time_ms").only("offsets", "batch_time_ms").first()
-    previous = last.offsets if last else None
+def _newest_batches(pipeline_ids: list[int]) -> dict[int, tuple[int, dict[str, int]]]:
+    """Each pipeline's newest batch (time, offsets), in one query (an indexed subquery each)."""
+    newest = Batch.objects.filter(pipeline=OuterRef("pk")).order_by("-batch_time_ms")
+    rows = Pipeline.objects.filter(pk__in=pipeline_ids).annotate(
+        newest_ms=Subquery(newest.values("batch_time_ms")[:1]),
+        newest_offsets=Subquery(newest.values("offsets")[:1], output_field=JSONField()),
+    ).values_list("pk", "newest_ms", "newest_offsets")
+    return {pk: (ms, offsets) for pk, ms, offsets in rows if ms is not None}
+
+
+def _batches_new(
+    pipeline: Pipeline, batches: list[BatchOffsets], last_ms: int | None, previous: dict[str, int] | None,
+    keeps_history: bool,
+) -> list[Batch]:
     rows = []
     for batch in sorted(batches, key=lambda b: b.batch_time_ms):
-        if last is not None and batch.batch_time_ms <= last.batch_time_ms:
+        if last_ms is not None and batch.batch_time_ms <= last_ms:
             if batch.committed:  # a planned checkpoint batch re-read after Spark committed it
                 pipeline.batches.filter(batch_time_ms=batch.batch_time_ms, committed=False).update(committed=True)
             continue
         offsets = _as_json_offsets(batch)
         if not keeps_history and offsets == previous:
             continue  # a store without history was sampled again and had not moved
-        rows.append(
-            Batch(
-                pipeline=pipeline,
-                batch_time_ms=batch.batch_time_ms,
-                offsets=offsets,
-                records=_records_between(previous, offsets),
-                batch_id=batch.batch_id,
-                committed=batch.committed,
-            )
-        )
+        rows.append(Batch(
+            pipeline=pipeline, batch_time_ms=batch.batch_time_ms, offsets=offsets,
+            records=_records_between(previous, offsets), batch_id=batch.batch_id, committed=batch.committed,
+        ))
         previous = offsets
-    Batch.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000)
-    if rows:
-        Pipeline.objects.filter(pk=pipeline.pk).update(last_batch_ms=rows[-1].batch_time_ms)
-    return len(rows)
+    return rows
 
 
 def _problems_record(store: Store, problems: list[RowProblem]) -> None:
@@ -138,8 +154,9 @@ def _problems_record(store: Store, problems: list[RowProblem]) -> None:
 
 @transaction.atomic
 def watermarks_record(*, cluster: Cluster, result: WatermarkResult, sampled_at: datetime) -> int:
-    """Store the cluster's watermarks (one row per topic), then per pipeline reading its topics:
-    a lag sample and an evaluation (status, lag in seconds, retention risk), and its incident."""
+    """Store the cluster's watermarks (one row per topic), then per pipeline reading its topics a
+    lag sample, and evaluate them all (status, lag in seconds, retention risk, incidents).
+    A constant number of queries whatever the number of pipelines."""
     rows = []
     for topic, parts in result.by_topic.items():
         ids = sorted(parts)
@@ -150,65 +167,105 @@ def watermarks_record(*, cluster: Cluster, result: WatermarkResult, sampled_at: 
     WatermarkSample.objects.bulk_create(rows, batch_size=1000)
 
     pipelines = list(Pipeline.objects.filter(store__cluster=cluster, topic__in=list(result.by_topic)))
-    newest = _newest_offsets([p.pk for p in pipelines])
+    newest = {pk: {int(p): o for p, o in offsets.items()}
+              for pk, (_, offsets) in _newest_batches([p.pk for p in pipelines]).items()}
     samples = []
     for pipeline in pipelines:
         committed = newest.get(pipeline.pk, {})
         highs = {p: w.high for p, w in sorted(result.by_topic[pipeline.topic].items())}
-        total = evaluation.sample_lag(committed, highs)
         ids, values = pack_map(committed)
-        samples.append(LagSample(pipeline=pipeline, sampled_at=sampled_at, total_lag=total,
+        samples.append(LagSample(pipeline=pipeline, sampled_at=sampled_at, total_lag=evaluation.sample_lag(committed, highs),
                                  partitions=ids, committed=values, last_batch_ms=pipeline.last_batch_ms))
     LagSample.objects.bulk_create(samples, batch_size=1000)
-    for pipeline in pipelines:
-        marks = {p: (w.low, w.high) for p, w in result.by_topic[pipeline.topic].items()}
-        _pipeline_evaluate(pipeline, newest.get(pipeline.pk, {}), marks, now=sampled_at)
+    _pipelines_evaluate(cluster, pipelines, newest, result, now=sampled_at)
     return len(samples)
 
 
-def _newest_offsets(pipeline_ids: list[int]) -> dict[int, dict[int, int]]:
-    """Each pipeline's newest batch offsets, in one query (an indexed subquery per pipeline)."""
-    newest = Batch.objects.filter(pipeline=OuterRef("pk")).order_by("-batch_time_ms").values("offsets")[:1]
-    rows = Pipeline.objects.filter(pk__in=pipeline_ids).annotate(
-        newest=Subquery(newest, output_field=JSONField())
-    ).values_list("pk", "newest")
-    return {pk: {int(p): o for p, o in offsets.items()} for pk, offsets in rows if offsets}
+def _pipelines_evaluate(
+    cluster: Cluster, pipelines: list[Pipeline], committed: dict[int, dict[int, int]], result: WatermarkResult,
+    now: datetime,
+) -> None:
+    """Evaluate every pipeline of a cluster poll with the pure rules of streamoffsets.evaluation."""
+    if not pipelines:
+        return
+    n = settings.EVALUATION_WINDOW_SAMPLES
+    window_since = now - timedelta(seconds=max(120.0, 3 * n * settings.POLL_INTERVAL_S))
+    lookback_since = now - timedelta(seconds=settings.LAG_SECONDS_LOOKBACK_S)
+    topics = sorted({p.topic for p in pipelines})
+
+    recent: dict[int, list[LagSample]] = {}
+    for s in LagSample.objects.filter(pipeline__in=pipelines, sampled_at__gte=window_since).order_by("sampled_at"):
+        recent.setdefault(s.pipeline_id, []).append(s)
+    marks_at: dict[str, dict[datetime, dict[int, tuple[int, int]]]] = {}
+    for w in WatermarkSample.objects.filter(cluster=cluster, topic__in=topics, sampled_at__gte=window_since):
+        marks_at.setdefault(w.topic, {})[w.sampled_at] = w.watermarks()
+    oldest = _oldest_watermarks(cluster, topics, lookback_since)
+
+    # Lag older than the window needs the topic's earlier watermarks: fetched only for those topics.
+    deep_topics = set()
+    for pipeline in pipelines:
+        window_marks = marks_at.get(pipeline.topic, {})
+        if window_marks:
+            first = window_marks[min(window_marks)]
+            if any(p in first and c < first[p][1] for p, c in committed.get(pipeline.pk, {}).items()):
+                deep_topics.add(pipeline.topic)
+    for w in WatermarkSample.objects.filter(cluster=cluster, topic__in=deep_topics,
+                                            sampled_at__gte=lookback_since, sampled_at__lt=window_since):
+        marks_at.setdefault(w.topic, {})[w.sampled_at] = w.watermarks()
+
+    open_incidents = {i.pipeline_id: i for i in Incident.objects.filter(pipeline__in=pipelines, closed_at=None)}
+    evaluations, incidents_new, incidents_changed = [], [], []
+    for pipeline in pipelines:
+        marks = {p: (w.low, w.high) for p, w in result.by_topic[pipeline.topic].items()}
+        history = dict(marks_at.get(pipeline.topic, {}))
+        if pipeline.topic in oldest:
+            history.setdefault(*oldest[pipeline.topic])
+        evaluated = _pipeline_evaluation(pipeline, committed.get(pipeline.pk, {}), marks,
+                                         recent.get(pipeline.pk, [])[-n:], history, now)
+        evaluations.append(evaluated)
+        change = _incident_change(pipeline, evaluated, open_incidents.get(pipeline.pk), now)
+        if change is not None:
+            (incidents_new if change.pk is None else incidents_changed).append(change)
+    # An evaluation is derived and replaced every cycle: delete and insert (in this transaction)
+    # costs two statements, where bulk_update builds a CASE per row and field.
+    PipelineEvaluation.objects.filter(pipeline__in=pipelines).delete()
+    PipelineEvaluation.objects.bulk_create(evaluations, batch_size=1000)
+    Incident.objects.bulk_create(incidents_new, batch_size=1000)
+    Incident.objects.bulk_update(incidents_changed, ["closed_at", "worst_status", "reasons"], batch_size=1000)
 
 
-def _pipeline_evaluate(
-    pipeline: Pipeline, committed: dict[int, int], marks: dict[int, tuple[int, int]], now: datetime
+def _oldest_watermarks(cluster: Cluster, topics: list[str], since: datetime) -> dict[str, tuple[datetime, dict]]:
+    """Each topic's oldest watermark sample since `since` (the far end of its rates), in two queries."""
+    firsts = dict(WatermarkSample.objects.filter(cluster=cluster, topic__in=topics, sampled_at__gte=since)
+                  .values("topic").annotate(first=Min("sampled_at")).values_list("topic", "first"))
+    # All topics of a cluster are sampled in the same cycles, so the distinct first times are few.
+    rows = WatermarkSample.objects.filter(cluster=cluster, topic__in=list(firsts), sampled_at__in=set(firsts.values()))
+    return {w.topic: (w.sampled_at, w.watermarks()) for w in rows if firsts.get(w.topic) == w.sampled_at}
+
+
+def _pipeline_evaluation(
+    pipeline: Pipeline, committed: dict[int, int], marks: dict[int, tuple[int, int]], recent: list[LagSample],
+    history: dict[datetime, dict[int, tuple[int, int]]], now: datetime,
 ) -> PipelineEvaluation:
-    """Evaluate one pipeline from its newest samples (pure rules in streamoffsets.evaluation)."""
-    since = now - timedelta(seconds=settings.LAG_SECONDS_LOOKBACK_S)
-    recent = list(pipeline.lag_samples.order_by("-sampled_at")[: settings.EVALUATION_WINDOW_SAMPLES])[::-1]
-    # The topic's watermark history (lag in seconds, retention) covers the window's samples too.
-    history = list(WatermarkSample.objects.filter(
-        cluster_id=pipeline.store.cluster_id, topic=pipeline.topic,
-        sampled_at__gte=min([since] + [s.sampled_at for s in recent]),
-    ).order_by("sampled_at"))
-    marks_at = {w.sampled_at: w.watermarks() for w in history}
+    """One pipeline's evaluation from data already in memory (no queries)."""
     window = [
         Sample(s.sampled_at.timestamp(), s.committed_offsets(),
-               {p: hi for p, (_, hi) in marks_at.get(s.sampled_at, {}).items()},
+               {p: hi for p, (_, hi) in history.get(s.sampled_at, {}).items()},
                s.last_batch_ms / 1000 if s.last_batch_ms else None, s.total_lag)
         for s in recent
     ]
     partitions = evaluation.evaluate_partitions(committed, marks)
-    batch_times = pipeline.batches.order_by("-batch_time_ms").values_list("batch_time_ms", flat=True)[:20]
-    interval = evaluation.batch_interval_s([t / 1000 for t in batch_times])
+    interval = evaluation.batch_interval_s([t / 1000 for t in pipeline.recent_batch_ms])
     status = evaluation.evaluate_status(
         window, partitions, interval, now.timestamp(),
         stop_after_intervals=settings.STOP_AFTER_INTERVALS, min_stale_s=settings.STALE_AFTER_S,
     )
-
     highs: dict[int, list[tuple[float, int]]] = {}
     lows: dict[int, list[tuple[float, int]]] = {}
-    for w in history:
-        if w.sampled_at < since:
-            continue
-        for p, (lo, hi) in marks_at[w.sampled_at].items():
-            highs.setdefault(p, []).append((w.sampled_at.timestamp(), hi))
-            lows.setdefault(p, []).append((w.sampled_at.timestamp(), lo))
+    for at in sorted(history):
+        for p, (lo, hi) in history[at].items():
+            highs.setdefault(p, []).append((at.timestamp(), hi))
+            lows.setdefault(p, []).append((at.timestamp(), lo))
     commits: dict[int, list[tuple[float, int]]] = {}
     for sample in window:
         for p, c in sample.committed.items():
@@ -234,33 +291,30 @@ def _pipeline_evaluate(
                     status.status = evaluation.Status.WARN
                     status.reasons.append(risk.describe(e.partition))
         rows.append(row)
-
-    result, _ = PipelineEvaluation.objects.update_or_create(
-        pipeline=pipeline,
-        defaults=dict(
-            evaluated_at=now, status=int(status.status), reasons=status.reasons, partitions=rows,
-            total_lag=evaluation.total_lag(partitions), lag_seconds=worst_seconds,
-            lag_seconds_method=worst_method[:100], batch_interval_s=interval, retention_seconds_left=soonest_loss,
-        ),
+    return PipelineEvaluation(
+        pipeline=pipeline, evaluated_at=now, status=int(status.status), reasons=status.reasons, partitions=rows,
+        total_lag=evaluation.total_lag(partitions), lag_seconds=worst_seconds, lag_seconds_method=worst_method[:100],
+        batch_interval_s=interval, retention_seconds_left=soonest_loss,
     )
-    _incident_update(pipeline, status, now)
-    return result
 
 
-def _incident_update(pipeline: Pipeline, status: evaluation.StatusResult, now: datetime) -> None:
-    """A status above OK opens an incident (or raises the open one's worst); OK closes it."""
-    open_incident = pipeline.incidents.filter(closed_at=None).first()
-    if status.status == evaluation.Status.OK:
-        if open_incident:
-            open_incident.closed_at = now
-            open_incident.save(update_fields=["closed_at"])
-        return
+def _incident_change(
+    pipeline: Pipeline, evaluated: PipelineEvaluation, open_incident: Incident | None, now: datetime
+) -> Incident | None:
+    """A status above OK opens an incident (or raises the open one's worst); OK closes it.
+    Returns the incident to save (new when its pk is None), or None when nothing changes."""
+    if evaluated.status == evaluation.Status.OK:
+        if open_incident is None:
+            return None
+        open_incident.closed_at = now
+        return open_incident
     if open_incident is None:
-        Incident.objects.create(pipeline=pipeline, opened_at=now, worst_status=int(status.status), reasons=status.reasons)
-    elif status.status >= open_incident.worst_status:
-        open_incident.worst_status = int(status.status)
-        open_incident.reasons = status.reasons
-        open_incident.save(update_fields=["worst_status", "reasons"])
+        return Incident(pipeline=pipeline, opened_at=now, worst_status=evaluated.status, reasons=evaluated.reasons)
+    if evaluated.status >= open_incident.worst_status:
+        open_incident.worst_status = evaluated.status
+        open_incident.reasons = evaluated.reasons
+        return open_incident
+    return None
 
 
 # --- machine tokens and start reports -----------------------------------------------------------

@@ -147,8 +147,8 @@ class KafkaGroupOffsetStore:
             raise StoreUnreachable(self.name, "groups", f"cannot list consumer groups: {exc}") from exc
         return sorted(g.group_id for g in result.valid)
 
-    def list_pipelines(self) -> tuple[list[PipelineKey], list[RowProblem]]:
-        """Every (topic, group) with a committed offset. Requests go out together, then are awaited."""
+    def _all_group_offsets(self) -> tuple[dict[str, list[TopicPartition]], list[RowProblem]]:
+        """Every group's committed offsets: one request per group, all sent before any is awaited."""
         groups = self.list_groups()
         admin = self._admin_client()
         futures = {}
@@ -159,7 +159,7 @@ class KafkaGroupOffsetStore:
                 )[group]
             except KafkaException as exc:
                 raise StoreUnreachable(self.name, group, f"cannot read committed offsets: {exc}") from exc
-        found: set[PipelineKey] = set()
+        offsets: dict[str, list[TopicPartition]] = {}
         problems: list[RowProblem] = []
         for group, future in futures.items():
             try:
@@ -167,5 +167,27 @@ class KafkaGroupOffsetStore:
             except KafkaException as exc:
                 problems.append(RowProblem(self.name, group, f"cannot read committed offsets: {exc}"))
                 continue
-            found.update(PipelineKey(tp.topic, group) for tp in result.topic_partitions if tp.offset != NO_OFFSET)
+            offsets[group] = [tp for tp in result.topic_partitions if tp.offset != NO_OFFSET]
+        return offsets, problems
+
+    def list_pipelines(self) -> tuple[list[PipelineKey], list[RowProblem]]:
+        """Every (topic, group) with a committed offset."""
+        offsets, problems = self._all_group_offsets()
+        found = {PipelineKey(tp.topic, group) for group, tps in offsets.items() for tp in tps}
         return sorted(found), problems
+
+    def snapshot(self) -> tuple[dict[PipelineKey, BatchOffsets], list[RowProblem]]:
+        """The current offsets of every pipeline in one pass (what a collector cycle reads)."""
+        observed_ms = int(time.time() * 1000)
+        offsets, problems = self._all_group_offsets()
+        result: dict[PipelineKey, BatchOffsets] = {}
+        for group, tps in offsets.items():
+            by_topic: dict[str, list[TopicPartition]] = {}
+            for tp in tps:
+                by_topic.setdefault(tp.topic, []).append(tp)
+            for topic, topic_tps in by_topic.items():
+                try:
+                    result[PipelineKey(topic, group)] = self._decode(group, topic, topic_tps, observed_ms)
+                except MalformedRecord as exc:
+                    problems.append(RowProblem(self.name, exc.key, exc.problem))
+        return result, problems

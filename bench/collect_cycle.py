@@ -1,0 +1,146 @@
+"""One collection cycle over 10,000 partitions (500 pipelines x 20 partitions) on the local stack.
+
+500 topics of 20 partitions on Tansu, 500 consumer groups with committed offsets (a Kafka
+group-offsets store), PostgreSQL. Prints the bare client calls' time (watermarks for all
+partitions + every group's committed offsets) and the full cycle (`collect_once`: read, store,
+evaluate, incidents) in the same run, with CPU time, broker requests, database queries, rows and
+bytes written, and the process's peak RSS.
+
+Run: .venv/bin/python bench/collect_cycle.py [--pipelines 500 --partitions 20 --cycles 3]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DB = "offsetwatch_bench_cycle"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pipelines", type=int, default=500)
+    parser.add_argument("--partitions", type=int, default=20)
+    parser.add_argument("--cycles", type=int, default=3)
+    args = parser.parse_args()
+    from localstack.components import Stack, StackPorts, free_port
+
+    work = Path(tempfile.mkdtemp(prefix="ow-cycle-"))
+    stack = Stack(work, StackPorts(kafka=free_port(), hbase=0, zookeeper=0, redis=0), with_redis=False)
+    stack.log_dir.mkdir(parents=True)
+    stack.pid_dir.mkdir(parents=True)
+    kafka = next(c for c in stack.components() if c.name == "kafka")
+    stack.start_component(kafka, progress=lambda line: None)
+    subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"DROP DATABASE IF EXISTS {DB}"],
+                   check=True, capture_output=True)
+    subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"CREATE DATABASE {DB}"], check=True)
+    try:
+        run(args, f"127.0.0.1:{kafka.port}")
+    finally:
+        stack.stop_component("kafka")
+        from django.db import connections
+
+        connections.close_all()
+        subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"DROP DATABASE {DB}"], check=False)
+
+
+def run(args, bootstrap: str) -> None:
+    os.environ["DATABASE_URL"] = f"postgres://postgres:postgres@127.0.0.1:5432/{DB}"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "dashboard.settings"
+    import django
+
+    django.setup()
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from collectors.cycle import collect_once
+    from dashboard import services
+    from streamoffsets.kafka import KafkaWatermarkReader
+    from streamoffsets.kafka_groups import KafkaGroupOffsetStore
+
+    call_command("migrate", verbosity=0)
+    topics = [f"bench-{i:04d}" for i in range(args.pipelines)]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    t0 = time.perf_counter()
+    for i in range(0, len(topics), 50):
+        futures = admin.create_topics([NewTopic(t, num_partitions=args.partitions, replication_factor=1)
+                                       for t in topics[i:i + 50]])
+        for f in futures.values():
+            f.result(60)
+    for topic in topics:  # each job committed a position (the topics are empty: lag 0, same work)
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-job", "enable.auto.commit": False})
+        consumer.commit(offsets=[TopicPartition(topic, p, 0) for p in range(args.partitions)], asynchronous=False)
+        consumer.close()
+    print(f"setup: {len(topics)} topics x {args.partitions} partitions and {len(topics)} groups in "
+          f"{time.perf_counter() - t0:.0f} s")
+    cluster = services.cluster_get_or_create(name="bench", bootstrap_servers=bootstrap)
+    services.store_get_or_create(name="groups", kind="kafka", url=f"kafka://{bootstrap}", cluster=cluster)
+    collect_once()  # first cycle discovers the pipelines
+
+    reader = KafkaWatermarkReader(bootstrap)
+    groups = KafkaGroupOffsetStore(bootstrap)
+    bare = []
+    for _ in range(args.cycles):
+        t = time.perf_counter()
+        reader.watermarks(topics)
+        groups.snapshot()
+        bare.append(time.perf_counter() - t)
+
+    def table_bytes() -> int:
+        with connection.cursor() as cur:
+            cur.execute("SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c JOIN pg_namespace n "
+                        "ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind = 'r'")
+            return int(cur.fetchone()[0])
+
+    full, cpu, queries, writes = [], [], [], []
+    size_before = table_bytes()
+    for _ in range(args.cycles):
+        time.sleep(1)  # distinct sample times
+        c0, t = time.process_time(), time.perf_counter()
+        with CaptureQueriesContext(connection) as q:
+            summary = collect_once()
+        full.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c0)
+        queries.append(len(q))
+        writes.append(sum(1 for x in q.captured_queries if x["sql"].startswith(("INSERT", "UPDATE", "DELETE"))))
+        assert not summary.errors, summary.errors
+    size_after = table_bytes()
+    if os.environ.get("BENCH_PROFILE"):
+        import cProfile
+        import pstats
+
+        cProfile.runctx("collect_once()", globals(), {"collect_once": collect_once}, "/tmp/cycle.prof")
+        pstats.Stats("/tmp/cycle.prof").sort_stats("tottime").print_stats(18)
+    if os.environ.get("BENCH_SHOW_QUERIES"):
+        from collections import Counter
+
+        shapes = Counter(x["sql"][:90] for x in q.captured_queries)
+        for shape, count in shapes.most_common(8):
+            print(f"  {count:>5} x {shape}")
+    partitions = args.pipelines * args.partitions
+    chunks = math.ceil(partitions / reader.chunk_size)
+    requests = 1 + 2 * chunks + 1 + args.pipelines
+    best_bare, best_full = min(bare), min(full)
+    print(f"partitions: {partitions:,}; pipelines: {args.pipelines}")
+    print(f"bare client calls (watermarks + committed offsets): best {best_bare:.2f} s of {args.cycles}")
+    print(f"full cycle (collect_once): best {best_full:.2f} s wall, {min(cpu):.2f} s CPU; ratio {best_full / best_bare:.1f}x")
+    print(f"broker requests per cycle: {requests} (1 metadata + 2 x {chunks} ListOffsets chunks + 1 ListGroups + "
+          f"{args.pipelines} OffsetFetch, one per group)")
+    print(f"database per cycle: {queries[-1]} queries ({writes[-1]} writes); "
+          f"{(size_after - size_before) / args.cycles / 1e6:.2f} MB added per cycle")
+    print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
