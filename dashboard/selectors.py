@@ -65,6 +65,11 @@ def pipeline_freshness(*, pipeline: Pipeline, now: datetime | None = None) -> Fr
     return Freshness(stale=bool(reasons), reasons=reasons)
 
 
+def collector_health() -> list[SourceHealth]:
+    """Every polled source, failing ones first."""
+    return list(SourceHealth.objects.order_by("-consecutive_failures", "source"))
+
+
 def unreachable_sources() -> list[SourceHealth]:
     return list(SourceHealth.objects.filter(consecutive_failures__gt=0).order_by("source"))
 

@@ -214,6 +214,11 @@ def _pipelines_evaluate(
         marks_at.setdefault(w.topic, {})[w.sampled_at] = w.watermarks()
 
     open_incidents = {i.pipeline_id: i for i in Incident.objects.filter(pipeline__in=pipelines, closed_at=None)}
+    # One job's offsets visible in two stores (same topic and group): compare them.
+    twins: dict[tuple[str, str], list[Pipeline]] = {}
+    for pipeline in pipelines:
+        twins.setdefault((pipeline.topic, pipeline.group), []).append(pipeline)
+    store_names = dict(Store.objects.filter(pk__in={p.store_id for p in pipelines}).values_list("pk", "name"))
     evaluations, incidents_new, incidents_changed = [], [], []
     for pipeline in pipelines:
         marks = {p: (w.low, w.high) for p, w in result.by_topic[pipeline.topic].items()}
@@ -222,6 +227,15 @@ def _pipelines_evaluate(
             history.setdefault(*oldest[pipeline.topic])
         evaluated = _pipeline_evaluation(pipeline, committed.get(pipeline.pk, {}), marks,
                                          recent.get(pipeline.pk, [])[-n:], history, now)
+        for twin in twins[(pipeline.topic, pipeline.group)]:
+            mine, theirs = committed.get(pipeline.pk, {}), committed.get(twin.pk, {})
+            if twin.pk != pipeline.pk and mine and theirs and evaluation.drift(mine, theirs):
+                reason = evaluation.describe_drift(f"store {store_names[pipeline.store_id]}", mine,
+                                                   f"store {store_names[twin.store_id]}", theirs)
+                evaluated.reasons.append(reason)
+                if evaluated.status < evaluation.Status.WARN:
+                    evaluated.status = int(evaluation.Status.WARN)
+                    evaluated.reasons = [r for r in evaluated.reasons if r not in ("caught up", "consuming normally")]
         evaluations.append(evaluated)
         change = _incident_change(pipeline, evaluated, open_incidents.get(pipeline.pk), now)
         if change is not None:

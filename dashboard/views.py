@@ -95,6 +95,31 @@ def pipeline_lag_chart(request, pipeline_id: int):
     return HttpResponse(fig.to_json(), content_type="application/json")
 
 
+@require_GET
+@login_required
+def collectors(request):
+    return render(request, "dashboard/collectors.html", {"sources": selectors.collector_health(), "now": timezone.now()})
+
+
+def _iso(value):
+    return value.isoformat() if value else None
+
+
+@require_GET
+def api_collectors(request):
+    if not request.user.is_authenticated:
+        return _json_error(401, "log in first (session authentication)")
+    return JsonResponse({"sources": [
+        {
+            "source": h.source, "label": h.label, "healthy": not h.consecutive_failures,
+            "last_attempt_at": _iso(h.last_attempt_at), "last_success_at": _iso(h.last_success_at),
+            "last_duration_ms": h.last_duration_ms, "consecutive_failures": h.consecutive_failures,
+            "last_error": h.last_error or None, "last_error_at": _iso(h.last_error_at),
+        }
+        for h in selectors.collector_health()
+    ]})
+
+
 @lru_cache(maxsize=1)
 def _plotly_js() -> bytes:
     return (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_bytes()

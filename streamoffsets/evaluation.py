@@ -346,3 +346,23 @@ def _human(seconds: float) -> str:
     if seconds < 172800:
         return f"{seconds / 3600:.0f} h"
     return f"{seconds / 86400:.0f} d"
+
+
+# --- cross-store drift ------------------------------------------------------------------------
+
+
+def drift(a: dict[int, int], b: dict[int, int]) -> dict[int, int]:
+    """Per-partition difference a - b where one job's offsets are in two stores; partitions only
+    one store has are reported as drift too (the other value missing). Empty: no drift."""
+    out = {p: a[p] - b[p] for p in a.keys() & b.keys() if a[p] != b[p]}
+    out.update({p: a[p] for p in a.keys() - b.keys()})
+    out.update({p: -b[p] for p in b.keys() - a.keys()})
+    return dict(sorted(out.items()))
+
+
+def describe_drift(a_name: str, a: dict[int, int], b_name: str, b: dict[int, int]) -> str:
+    parts = []
+    for p, d in drift(a, b).items():
+        left, right = a.get(p), b.get(p)
+        parts.append(f"partition {p}: {'—' if left is None else f'{left:,}'} vs {'—' if right is None else f'{right:,}'}")
+    return f"offsets differ between {a_name} and {b_name}: " + "; ".join(parts)

@@ -169,3 +169,28 @@ def test_retention_risk_in_words():
 def test_sample_lag_equals_total_lag_of_the_evaluations(committed, high):
     evs = evaluate_partitions(committed, {p: (0, h) for p, h in high.items()})
     assert sample_lag(committed, high) == total_lag(evs)
+
+
+DRIFT_CASES = [
+    # 1. Same offsets in both stores: no drift.
+    ({0: 5, 1: 7}, {0: 5, 1: 7}, {}),
+    # 2. One partition behind in the second store.
+    ({0: 5, 1: 7}, {0: 5, 1: 4}, {1: 3}),
+    # 3. A partition only one store has is drift too.
+    ({0: 5, 1: 7}, {0: 5}, {1: 7}),
+]
+
+
+@pytest.mark.parametrize("a, b, expected", DRIFT_CASES, ids=[f"case{i + 1}" for i in range(len(DRIFT_CASES))])
+def test_drift(a, b, expected):
+    from streamoffsets.evaluation import drift
+
+    assert drift(a, b) == expected
+
+
+def test_drift_in_words():
+    from streamoffsets.evaluation import describe_drift
+
+    assert describe_drift("store hbase", {0: 1_200, 1: 3}, "store groups", {0: 1_000}) == (
+        "offsets differ between store hbase and store groups: partition 0: 1,200 vs 1,000; partition 1: 3 vs —"
+    )

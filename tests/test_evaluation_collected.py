@@ -75,3 +75,23 @@ def test_lag_in_seconds_is_unknown_until_there_are_samples_never_zero(oncall, st
     evaluation = PipelineEvaluation.objects.get(pipeline__store=s.store)
     assert evaluation.total_lag == 4
     assert evaluation.lag_seconds is None and evaluation.lag_seconds_method.startswith("unknown")
+
+
+def test_offsets_of_one_job_in_two_stores_are_compared_and_drift_flagged(oncall, stack, unique_name):
+    """The job keeps HBase rows and also commits to its Kafka group; the commit fell behind."""
+    from streamoffsets.store import open_store
+    from streamoffsets.types import BatchOffsets
+
+    s = hbase_store_setup(stack, unique_name, partitions=2, records=20)
+    groups = services.store_get_or_create(name=unique_name("groups"), kind="kafka",
+                                          url=f"kafka://{stack.kafka_bootstrap}", cluster=s.cluster)
+    group = unique_name("etl")
+    save(s, group, now_ms(), {0: 10, 1: 10})
+    with open_store(groups.url) as kafka:
+        kafka.save_batch(BatchOffsets(s.topic, group, now_ms(), {0: 10, 1: 6}))
+    collect_once()
+    evaluation = PipelineEvaluation.objects.get(pipeline__store=s.store, pipeline__group=group)
+    assert evaluation.status == Status.WARN
+    assert f"offsets differ between store {s.store.name} and store {groups.name}: partition 1: 10 vs 6" in evaluation.reasons
+    pipeline = Pipeline.objects.get(store=s.store, group=group)
+    assert "offsets differ between" in oncall.get(reverse("pipeline", args=[pipeline.pk])).content.decode()

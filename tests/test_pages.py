@@ -100,3 +100,25 @@ def test_lag_chart_is_a_plotly_figure_of_the_samples(client, alice, stack, uniqu
 
 def test_unknown_pipeline_is_a_404_not_a_500(client, alice):
     assert client.get(reverse("pipeline", args=[999999])).status_code == 404
+
+
+def test_collector_health_page_and_json(client, alice, stack, unique_name):
+    good = hbase_store_setup(stack, unique_name, partitions=1)
+    bad = hbase_store_setup(stack, unique_name, partitions=1)
+    bad.store.url = "hbase://127.0.0.1:1/gone"
+    bad.store.save()
+    collect_once()
+    html = client.get(reverse("collectors")).content.decode()
+    row = re.search(rf'<tr data-source="store:{bad.store.pk}">(.*?)</tr>', html, re.S).group(1)
+    assert "FAILING" in row and "cannot reach the HBase Thrift server" in row
+    assert "FAILING" not in re.search(rf'<tr data-source="store:{good.store.pk}">(.*?)</tr>', html, re.S).group(1)
+    sources = {s["source"]: s for s in client.get(reverse("api_collectors")).json()["sources"]}
+    assert sources[f"store:{bad.store.pk}"]["healthy"] is False
+    assert sources[f"store:{bad.store.pk}"]["consecutive_failures"] == 1
+    assert sources[f"store:{good.store.pk}"]["healthy"] is True
+    assert sources[f"cluster:{good.cluster.pk}"]["last_duration_ms"] is not None
+
+
+def test_collector_json_needs_a_session(client):
+    response = client.get(reverse("api_collectors"))
+    assert response.status_code == 401 and "log in" in response.json()["error"]
