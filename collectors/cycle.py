@@ -60,7 +60,7 @@ def _polling(source: str, label: str):
         raise SourceFailed(error) from exc
     services.source_health_record(
         source=source, label=label, started_at=outcome.started_at,
-        duration_ms=int((time.monotonic() - t0) * 1000), error=outcome.warning,
+        duration_ms=int((time.monotonic() - t0) * 1000), warning=outcome.warning or "",
     )
 
 

@@ -65,6 +65,8 @@ class SourceHealth(models.Model):
     last_error_at = models.DateTimeField(null=True)
     consecutive_failures = models.PositiveIntegerField(default=0)
     last_duration_ms = models.PositiveIntegerField(null=True)
+    # A successful poll that found something to tell (e.g. a tracked topic no longer exists).
+    warning = models.TextField(blank=True)
 
     @property
     def is_unreachable(self) -> bool:

@@ -45,9 +45,11 @@ def store_get_or_create(*, name: str, kind: str, url: str, cluster: Cluster) -> 
 
 
 def source_health_record(
-    *, source: str, label: str, started_at: datetime, duration_ms: int, error: str | None = None
+    *, source: str, label: str, started_at: datetime, duration_ms: int, error: str | None = None,
+    warning: str = "",
 ) -> SourceHealth:
-    """Record one poll of a source; an error marks it unreachable until the next success."""
+    """Record one poll of a source; an error marks it failing until the next success. A warning
+    (the poll worked, something it found needs telling) is kept until a poll without one."""
     health, _ = SourceHealth.objects.get_or_create(source=source, defaults={"label": label})
     health.label = label
     health.last_attempt_at = started_at
@@ -55,6 +57,7 @@ def source_health_record(
     if error is None:
         health.last_success_at = started_at
         health.consecutive_failures = 0
+        health.warning = warning[:5000]
     else:
         health.last_error = error[:5000]
         health.last_error_at = started_at

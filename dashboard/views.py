@@ -115,6 +115,7 @@ def api_collectors(request):
             "last_attempt_at": _iso(h.last_attempt_at), "last_success_at": _iso(h.last_success_at),
             "last_duration_ms": h.last_duration_ms, "consecutive_failures": h.consecutive_failures,
             "last_error": h.last_error or None, "last_error_at": _iso(h.last_error_at),
+            "warning": h.warning or None,
         }
         for h in selectors.collector_health()
     ]})

@@ -1,0 +1,131 @@
+"""Servers that go away around and during a collection cycle, on a private stack of this module
+(Tansu, the HBase stand-in, ZooKeeper, Redis on free ports) so the rest of the suite is unaffected.
+
+No cycle raises, the affected source is shown as failing within that cycle, collection resumes in
+the first cycle after the server is back, and nothing already stored is lost. Tansu and the HBase
+stand-in keep data in memory only, so after their restart the test writes the data back, as a
+real (persistent) server would still have it.
+"""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from collectors import tasks
+from collectors.cycle import collect_once
+from dashboard import services
+from dashboard.models import Batch, SourceHealth
+from localstack.components import LOOPBACK, Component, Stack, StackPorts, free_port
+from pipeline.producer import ensure_topic, produce
+from streamoffsets.store import open_store
+from streamoffsets.types import BatchOffsets
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(scope="module")
+def private(tmp_path_factory):
+    stack = Stack(tmp_path_factory.mktemp("faults"),
+                  StackPorts(kafka=free_port(), hbase=free_port(), zookeeper=free_port(), redis=free_port()))
+    stack.log_dir.mkdir(parents=True)
+    stack.pid_dir.mkdir(parents=True)
+    comps = {c.name: c for c in stack.components()}
+    for comp in comps.values():
+        comp.reuse_if_ready = False  # a Redis of our own, to stop
+        stack.start_component(comp, progress=lambda line: None)
+    yield stack, comps
+    for name in comps:
+        stack.stop_component(name)
+
+
+def restart(stack: Stack, comp: Component) -> None:
+    stack.start_component(comp, progress=lambda line: None)
+
+
+def health(source: str) -> SourceHealth:
+    return SourceHealth.objects.get(source=source)
+
+
+def setup_sources(stack: Stack, unique_name):
+    p = stack.ports
+    topic = unique_name("orders")
+    ensure_topic(f"{LOOPBACK}:{p.kafka}", topic, 2)
+    produce(f"{LOOPBACK}:{p.kafka}", topic, 2, 10)
+    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=f"{LOOPBACK}:{p.kafka}")
+    stores = {
+        "hbase": services.store_get_or_create(name=unique_name("h"), kind="hbase",
+                                              url=f"hbase://{LOOPBACK}:{p.hbase}/{topic.replace('-', '_')}",
+                                              cluster=cluster),
+        "zookeeper": services.store_get_or_create(name=unique_name("z"), kind="zookeeper",
+                                                  url=f"zk://{LOOPBACK}:{p.zookeeper}", cluster=cluster),
+    }
+    write(stores, topic, {0: 2, 1: 3}, 1_700_000_000_000)
+    return cluster, stores, topic
+
+
+def write(stores, topic, offsets, at_ms):
+    for store in stores.values():
+        with open_store(store.url, timeout_s=2) as s:
+            if hasattr(s, "ensure_table"):
+                s.ensure_table()
+            s.save_batch(BatchOffsets(topic, "etl", at_ms, offsets))
+
+
+@pytest.mark.parametrize("server", ["hbase", "zookeeper", "kafka"])
+@pytest.mark.parametrize("when", ["before the cycle", "during the cycle"])
+def test_a_server_going_away_is_shown_and_collection_resumes(private, unique_name, settings, server, when):
+    settings.IO_TIMEOUT_S = 2.0
+    stack, comps = private
+    cluster, stores, topic = setup_sources(stack, unique_name)
+    assert collect_once().errors == []
+    stored = Batch.objects.count()
+    source = f"cluster:{cluster.pk}" if server == "kafka" else f"store:{stores[server].pk}"
+
+    if when == "before the cycle":
+        stack.stop_component(server, timeout_s=5)
+        summary = collect_once()
+    else:
+        results = []
+        cycle = threading.Thread(target=lambda: results.append(collect_once()))
+        cycle.start()
+        stack.stop_component(server, timeout_s=5)
+        cycle.join(60)
+        assert results, "the cycle did not finish"
+        summary = collect_once()  # at the latest, the first cycle after the stop sees it
+
+    assert any(server_url_part(stack, server) in e for e in summary.errors), summary.errors
+    assert health(source).consecutive_failures >= 1
+    assert Batch.objects.count() >= stored  # nothing already stored is lost
+
+    restart(stack, comps[server])
+    if server in ("hbase", "kafka"):  # memory-only servers: put back what a real one would keep
+        ensure_topic(f"{LOOPBACK}:{stack.ports.kafka}", topic, 2)
+        produce(f"{LOOPBACK}:{stack.ports.kafka}", topic, 2, 10)
+        write({"hbase": stores["hbase"]}, topic, {0: 2, 1: 3}, 1_700_000_000_000)
+    write(stores, topic, {0: 4, 1: 5}, 1_700_000_001_000)
+    assert collect_once().errors == []
+    assert health(source).consecutive_failures == 0
+    assert Batch.objects.count() > stored
+
+
+def server_url_part(stack: Stack, server: str) -> str:
+    port = {"hbase": stack.ports.hbase, "zookeeper": stack.ports.zookeeper, "kafka": stack.ports.kafka}[server]
+    return f"{LOOPBACK}:{port}"
+
+
+def test_tasks_keep_polling_while_redis_is_down(private, unique_name, settings):
+    stack, comps = private
+    settings.REDIS_URL = f"redis://{LOOPBACK}:{stack.ports.redis}/0"
+    settings.IO_TIMEOUT_S = 1.0
+    cluster, stores, topic = setup_sources(stack, unique_name)
+    stack.stop_component("redis", timeout_s=5)
+    try:
+        tasks.poll_store(stores["hbase"].pk)  # the lock cannot be taken: polls anyway, no crash
+        tasks.poll_cluster(cluster.pk)
+    finally:
+        restart(stack, comps["redis"])
+    assert Batch.objects.filter(pipeline__store=stores["hbase"], pipeline__topic=topic).count() == 1
+    assert health(f"store:{stores['hbase'].pk}").consecutive_failures == 0
+    tasks.poll_store(stores["zookeeper"].pk)  # and with Redis back, with the lock again
+    assert Batch.objects.filter(pipeline__store=stores["zookeeper"], pipeline__topic=topic).count() == 1
