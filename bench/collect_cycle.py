@@ -49,7 +49,7 @@ def main() -> None:
         from django.db import connections
 
         connections.close_all()
-        subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"DROP DATABASE {DB}"], check=False)
+        subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)"], check=False)
 
 
 def run(args, bootstrap: str) -> None:

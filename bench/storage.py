@@ -101,7 +101,7 @@ def main() -> None:
             elapsed = (time.perf_counter() - t) * 1000
         print(f"query {label}: {elapsed:.1f} ms, {len(q)} queries, {len(result)} rows")
     connection.close()
-    subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"DROP DATABASE {DB}"], check=True)
+    subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)"], check=True)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ urlpatterns = [
     path("pipelines/<int:pipeline_id>/lag-chart.json", views.pipeline_lag_chart, name="pipeline_lag_chart"),
     path("collectors/", views.collectors, name="collectors"),
     path("api/v1/collectors", views.api_collectors, name="api_collectors"),
+    path("api/v1/pipelines", views.api_pipelines, name="api_pipelines"),
     path("assets/plotly.min.js", views.plotly_js, name="plotly_js"),
     path("healthz", views.healthz, name="healthz"),
     path("api/v1/start-reports", views.api_start_report, name="api_start_report"),

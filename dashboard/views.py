@@ -121,6 +121,25 @@ def api_collectors(request):
     ]})
 
 
+@require_GET
+def api_pipelines(request):
+    if not request.user.is_authenticated:
+        return _json_error(401, "log in first (session authentication)")
+    rows = []
+    for p in selectors.pipelines_overview():
+        e = getattr(p, "evaluation", None)
+        rows.append({
+            "id": p.pk, "topic": p.topic, "group": p.group, "store": p.store.name, "cluster": p.store.cluster.name,
+            "status": e.status_name if e else None, "reasons": e.reasons if e else [],
+            "evaluated_at": _iso(e.evaluated_at) if e else None,
+            "total_lag": e.total_lag if e else None, "lag_seconds": e.lag_seconds if e else None,
+            "lag_seconds_method": e.lag_seconds_method if e else None,
+            "retention_seconds_left": e.retention_seconds_left if e else None,
+            "last_batch_ms": p.last_batch_ms,
+        })
+    return JsonResponse({"pipelines": rows})
+
+
 @lru_cache(maxsize=1)
 def _plotly_js() -> bytes:
     return (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_bytes()

@@ -186,13 +186,15 @@ def evaluate_status(
     now_s: float,
     stop_after_intervals: float = 3.0,
     min_stale_s: float = 30.0,
+    stall_after_intervals: float = 2.0,
 ) -> StatusResult:
     """Rules, worst first; every rule that fires adds its reason:
     1. ERR: a partition is out of range (low: data lost; high: impossible position);
     2. REWOUND: a partition's committed offset went backwards within the window;
     3. STOPPED: no new batch for more than `stop_after_intervals` batch intervals (at least
        `min_stale_s`); stopped while lag > 0 is ERR (work is piling up and nothing runs);
-    4. STALLED: batches keep coming but no offset moved over the window while lag > 0;
+    4. STALLED: batches keep coming but no offset moved for `stall_after_intervals` batch
+       intervals at the end of the window, while lag > 0;
     5. WARN: lag grew at every step of a window of at least 3 samples;
     6. OK otherwise.
     """
@@ -235,11 +237,17 @@ def evaluate_status(
                 flag(Status.STOPPED, f"no batch for {silent:,.0f} s (expected one every {interval_s or 0:,.0f} s); "
                                      "nothing is waiting")
         elif len(ordered) >= 2 and lag_now > 0:
-            first = ordered[0]
-            moved = first.committed != latest.committed
-            batches_came = first.last_batch_s is not None and latest.last_batch_s > first.last_batch_s
-            if batches_came and not moved:
-                flag(Status.STALLED, f"batches keep coming but no offset moved in {latest.at_s - first.at_s:,.0f} s "
+            # The stretch at the end of the window where no offset moved: stalled when it is long
+            # enough (stall_after_intervals batch intervals) and batches kept coming during it.
+            start = len(ordered) - 1
+            while start > 0 and ordered[start - 1].committed == latest.committed:
+                start -= 1
+            frozen = ordered[start]
+            span = latest.at_s - frozen.at_s
+            long_enough = span >= stall_after_intervals * interval_s if interval_s else start < len(ordered) - 1
+            batches_came = frozen.last_batch_s is not None and latest.last_batch_s > frozen.last_batch_s
+            if start < len(ordered) - 1 and long_enough and batches_came:
+                flag(Status.STALLED, f"batches keep coming but no offset moved in {span:,.0f} s "
                                      f"while {lag_now:,} messages wait")
 
     if len(ordered) >= 3:

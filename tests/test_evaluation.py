@@ -78,6 +78,13 @@ STATUS_CASES = [
     ([s(NOW - 10, [30], [30], NOW - 25), s(NOW, [30], [30], NOW - 25)], 5, Status.OK, "caught up"),
     # 9. Offsets went backwards between samples: REWOUND (a rewind or a reset), shown with both offsets.
     ([s(NOW - 10, [500], [600], NOW - 11), s(NOW, [100], [600], NOW - 1)], 10, Status.REWOUND, "partition 0 500 -> 100"),
+    # 10. A stall counts from where the offsets stopped, not from the window's start: here the
+    #     last 20 s (2 intervals) are frozen while batches came, after earlier progress.
+    ([s(NOW - 40, [5], [20], NOW - 41), s(NOW - 30, [8], [25], NOW - 31), s(NOW - 20, [10], [25], NOW - 21),
+      s(NOW - 10, [10], [28], NOW - 11), s(NOW, [10], [30], NOW - 1)], 10, Status.STALLED, "no offset moved in 20 s"),
+    # 11. Frozen for only one interval: not stalled yet (a slow batch).
+    ([s(NOW - 20, [5], [20], NOW - 21), s(NOW - 10, [10], [25], NOW - 11), s(NOW, [10], [25], NOW - 1)],
+     10, Status.OK, "consuming"),
 ]
 
 

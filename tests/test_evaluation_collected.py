@@ -42,6 +42,8 @@ def test_a_stopped_pipeline_with_waiting_messages_opens_an_incident_that_recover
     assert incident.worst_status == Status.ERR
     overview = oncall.get(reverse("overview")).content.decode()
     assert 'id="open-incidents"' in overview and s.topic in overview
+    api = {p["id"]: p for p in oncall.get(reverse("api_pipelines")).json()["pipelines"]}
+    assert api[pipeline.pk]["status"] == "ERR" and api[pipeline.pk]["total_lag"] == 6
 
     save(s, "etl", now_ms(), {0: 10})  # the job is back and caught up
     collect_once()
