@@ -37,3 +37,13 @@ def save(setup: Setup, group: str, batch_time_ms: int, offsets: dict[int, int]) 
     batch = BatchOffsets(setup.topic, group, batch_time_ms, offsets)
     setup.hbase.save_batch(batch)
     return batch
+
+
+def writable_store_url(kind: str, stack, tmp_path, unique_name) -> str:
+    """A fresh place to keep offsets in each writable store kind of the test stack."""
+    return {
+        "hbase": f"hbase://{stack.hbase_host}:{stack.hbase_port}/{unique_name('offsets').replace('-', '_')}",
+        "zookeeper": f"zk://{stack.zookeeper_hosts}",
+        "kafka": f"kafka://{stack.kafka_bootstrap}",
+        "file": f"file://{tmp_path / 'offsets'}",
+    }[kind]

@@ -9,24 +9,16 @@ from __future__ import annotations
 import pytest
 
 from pipeline.experiment import run_in_process
+from tests.factories import writable_store_url
 
 pytestmark = pytest.mark.spark
 
 STORES = ["hbase", "zookeeper", "kafka", "file"]
 
 
-def store_url(kind: str, stack, tmp_path, unique_name) -> str:
-    return {
-        "hbase": f"hbase://{stack.hbase_host}:{stack.hbase_port}/{unique_name('offsets').replace('-', '_')}",
-        "zookeeper": f"zk://{stack.zookeeper_hosts}",
-        "kafka": f"kafka://{stack.kafka_bootstrap}",
-        "file": f"file://{tmp_path / 'offsets'}",
-    }[kind]
-
-
 def run(spark, stack, tmp_path, unique_name, kind, stop_mode, idempotent_output=False):
     return run_in_process(
-        spark, bootstrap=stack.kafka_bootstrap, store_url=store_url(kind, stack, tmp_path, unique_name),
+        spark, bootstrap=stack.kafka_bootstrap, store_url=writable_store_url(kind, stack, tmp_path, unique_name),
         store_label=kind, topic=unique_name("exp"), group=unique_name("job"), work_dir=tmp_path,
         records=160, partitions=4, max_per_partition=10, stop_mode=stop_mode, stop_after_batches=2,
         idempotent_output=idempotent_output,

@@ -12,17 +12,9 @@ from dashboard.models import Pipeline, PipelineEvaluation
 from pipeline.producer import ensure_topic, produce
 from streamoffsets.store import open_store
 from streamoffsets.types import BatchOffsets
+from tests.factories import writable_store_url
 
 pytestmark = pytest.mark.django_db
-
-
-def url_for(kind: str, stack, tmp_path, unique_name) -> str:
-    return {
-        "hbase": f"hbase://{stack.hbase_host}:{stack.hbase_port}/{unique_name('offsets').replace('-', '_')}",
-        "zookeeper": f"zk://{stack.zookeeper_hosts}",
-        "kafka": f"kafka://{stack.kafka_bootstrap}",
-        "file": f"file://{tmp_path / 'offsets'}",
-    }[kind]
 
 
 @pytest.mark.parametrize("kind", ["hbase", "zookeeper", "kafka", "file"])
@@ -31,7 +23,7 @@ def test_each_writable_store_reaches_the_pipeline_page(client, stack, tmp_path, 
     ensure_topic(stack.kafka_bootstrap, topic, 2)
     produce(stack.kafka_bootstrap, topic, 2, 20)
     cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
-    url = url_for(kind, stack, tmp_path, unique_name)
+    url = writable_store_url(kind, stack, tmp_path, unique_name)
     store = services.store_get_or_create(name=unique_name("s"), kind=kind, url=url, cluster=cluster)
     with open_store(url) as writer:
         if hasattr(writer, "ensure_table"):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django import template
 
-from streamoffsets.evaluation import Status
+from streamoffsets.evaluation import Status, human_duration
 
 register = template.Library()
 
@@ -16,16 +16,7 @@ def status_name(value) -> str:
 @register.filter
 def duration(seconds) -> str:
     """12 s, 4 min, 3 h, 2 d; an em dash for unknown."""
-    if seconds is None:
-        return "—"
-    seconds = float(seconds)
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
+    return "—" if seconds is None else human_duration(float(seconds))
 
 
 @register.filter
