@@ -42,10 +42,11 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from urllib.parse import quote, unquote, urlparse
+from urllib.parse import quote
 
 from streamoffsets.errors import MalformedRecord, OffsetStoreError, ReadOnlyStore
 from streamoffsets.offsetfile import check_component
+from streamoffsets.store import StoreBase, local_path_from_url
 from streamoffsets.types import BatchOffsets, HistoryPage, PipelineKey, RowProblem
 
 OFFSETS_VERSIONS = (1, 2)  # Spark 4.3 reads offsets logs up to v2
@@ -189,7 +190,7 @@ def check_commit_file(data: bytes) -> None:
         raise _Bad(f"metadata line is not a JSON object: {lines[1][:80]!r}")
 
 
-class CheckpointStore:
+class CheckpointStore(StoreBase):
     """Read per-batch offsets from Structured Streaming checkpoint directories; never writes."""
 
     kind = "checkpoint"
@@ -206,19 +207,7 @@ class CheckpointStore:
     @classmethod
     def from_url(cls, url: str) -> "CheckpointStore":
         """`checkpoint:///path/to/checkpoint-or-root` (percent-escapes in the path are decoded)."""
-        parsed = urlparse(url.strip())
-        if parsed.scheme != "checkpoint" or parsed.netloc or not parsed.path.startswith("/"):
-            raise ValueError(f"not a checkpoint store URL (checkpoint:///absolute/path): {url!r}")
-        return cls(unquote(parsed.path))
-
-    def close(self) -> None:
-        pass  # nothing held open between calls
-
-    def __enter__(self) -> "CheckpointStore":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        return cls(local_path_from_url(url, "checkpoint", "a checkpoint store"))
 
     def save_batch(self, batch: BatchOffsets) -> None:
         raise ReadOnlyStore(

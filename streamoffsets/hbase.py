@@ -18,6 +18,7 @@ import happybase
 from thriftpy2.transport import TTransportException
 
 from streamoffsets.errors import MalformedRecord, OffsetStoreError, StoreUnreachable
+from streamoffsets.store import StoreBase
 from streamoffsets.types import BatchOffsets, HistoryPage, PipelineKey, RowProblem
 
 DEFAULT_TABLE = "stream_kafka_offsets"
@@ -48,7 +49,7 @@ def row_key(topic: str, group: str, batch_time_ms: int) -> str:
     return f"{topic}:{group}:{batch_time_ms:013d}"
 
 
-class HBaseOffsetStore:
+class HBaseOffsetStore(StoreBase):
     """Save and read per-batch offsets through the HBase Thrift 1 server (happybase)."""
 
     kind = "hbase"
@@ -95,12 +96,6 @@ class HBaseOffsetStore:
                 self._conn.close()
             finally:
                 self._conn = None
-
-    def __enter__(self) -> "HBaseOffsetStore":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     @contextmanager
     def _calling(self, what: str):

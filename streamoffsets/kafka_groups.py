@@ -12,17 +12,23 @@ import json
 import time
 from urllib.parse import urlparse
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 from streamoffsets.errors import MalformedRecord, OffsetStoreError, StoreUnreachable
+from streamoffsets.store import StoreBase
 from streamoffsets.types import BatchOffsets, HistoryPage, PipelineKey, RowProblem
 
 # librdkafka's "no committed offset" sentinel (OFFSET_INVALID).
 NO_OFFSET = -1001
 
 
-class KafkaGroupOffsetStore:
+class KafkaGroupOffsetStore(StoreBase):
     kind = "kafka"
     writable = True
     keeps_history = False
@@ -57,12 +63,6 @@ class KafkaGroupOffsetStore:
             consumer.close()
         self._committers.clear()
         self._admin = None
-
-    def __enter__(self) -> "KafkaGroupOffsetStore":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     # --- writes --------------------------------------------------------------------------------
     def save_batch(self, batch: BatchOffsets) -> None:

@@ -47,9 +47,10 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from urllib.parse import quote, unquote, urlparse
+from urllib.parse import quote, unquote
 
 from streamoffsets.errors import MalformedRecord, OffsetStoreError
+from streamoffsets.store import StoreBase, local_path_from_url
 from streamoffsets.types import BatchOffsets, HistoryPage, PipelineKey, RowProblem
 
 FILE_NAME = "gtoffset"
@@ -176,7 +177,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class OffsetFileStore:
+class OffsetFileStore(StoreBase):
     """Save and read offsets as `<root>/<group>/<topic>/gtoffset` files."""
 
     kind = "file"
@@ -193,19 +194,7 @@ class OffsetFileStore:
     @classmethod
     def from_url(cls, url: str) -> "OffsetFileStore":
         """`file:///absolute/root` (percent-escapes in the path are decoded)."""
-        parsed = urlparse(url.strip())
-        if parsed.scheme != "file" or parsed.netloc or not parsed.path.startswith("/"):
-            raise ValueError(f"not an offset file store URL (file:///absolute/root): {url!r}")
-        return cls(unquote(parsed.path))
-
-    def close(self) -> None:
-        pass  # nothing held open between calls
-
-    def __enter__(self) -> "OffsetFileStore":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        return cls(local_path_from_url(url, "file", "an offset file store"))
 
     def path_of(self, topic: str, group: str) -> Path:
         """Where (topic, group)'s file lives; ValueError for names that cannot be a path component."""

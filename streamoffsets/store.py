@@ -14,7 +14,7 @@ samples are then the history.
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from streamoffsets.types import BatchOffsets, HistoryPage, PipelineKey, RowProblem
 
@@ -41,6 +41,28 @@ class OffsetStore(Protocol):
         """The (topic, group) pairs the store holds, and records that could not be read."""
 
     def close(self) -> None: ...
+
+
+class StoreBase:
+    """What every store shares: `with store:` closes it. Stores holding no connection keep the
+    no-op `close`."""
+
+    def close(self) -> None:
+        pass  # nothing held open between calls
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def local_path_from_url(url: str, scheme: str, what: str) -> str:
+    """The absolute local path of `scheme:///path` (percent-escapes decoded); ValueError otherwise."""
+    parsed = urlparse(url.strip())
+    if parsed.scheme != scheme or parsed.netloc or not parsed.path.startswith("/"):
+        raise ValueError(f"not {what} URL ({scheme}:///absolute/path): {url!r}")
+    return unquote(parsed.path)
 
 
 STORE_KINDS = {"hbase", "zk", "kafka", "file", "checkpoint"}

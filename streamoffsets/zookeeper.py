@@ -47,9 +47,9 @@ from kazoo.exceptions import (
     ConnectionDropped,
     ConnectionLoss,
     KazooException,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
-    NoAuthError,
     RolledBackError,
     RuntimeInconsistency,
     SessionExpiredError,
@@ -58,6 +58,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 
 from streamoffsets.errors import MalformedRecord, OffsetStoreError, StoreUnreachable
+from streamoffsets.store import StoreBase
 from streamoffsets.types import BatchOffsets, HistoryPage, PipelineKey, RowProblem
 
 DEFAULT_TORN_AFTER_MS = 1000
@@ -96,7 +97,7 @@ def _partitions(parts: list[int]) -> str:
     return ", ".join(str(p) for p in sorted(parts))
 
 
-class ZooKeeperOffsetStore:
+class ZooKeeperOffsetStore(StoreBase):
     """Save and read offsets as `/consumers/<group>/offsets/<topic>/<partition>` znodes (kazoo)."""
 
     kind = "zookeeper"
@@ -145,12 +146,6 @@ class ZooKeeperOffsetStore:
                 client.stop()
             finally:
                 client.close()
-
-    def __enter__(self) -> "ZooKeeperOffsetStore":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     @contextmanager
     def _calling(self, what: str):

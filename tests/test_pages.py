@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 
 from collectors.cycle import collect_once
-from dashboard.models import Pipeline, SourceHealth
+from dashboard.models import Pipeline
 from tests.factories import hbase_store_setup, save
 
 pytestmark = pytest.mark.django_db

@@ -23,7 +23,7 @@ from django.core.management.base import BaseCommand, CommandError
 from dashboard import services
 from dashboard.management.commands.stack import configured_stack
 from dashboard.models import SourceHealth
-from localstack.components import Component, StackError, stop_process_group
+from localstack.components import Component, StackError
 from streamoffsets.hbase import HBaseOffsetStore
 
 DEMO_TOPIC = "demo-events"
