@@ -9,6 +9,7 @@ urlpatterns = [
     path("live/overview/", views.overview_live, name="overview_live"),
     path("pipelines/<int:pipeline_id>/", views.pipeline_detail, name="pipeline"),
     path("pipelines/<int:pipeline_id>/live/", views.pipeline_live, name="pipeline_live"),
+    path("pipelines/<int:pipeline_id>/status/", views.pipeline_status, name="pipeline_status"),
     path("pipelines/<int:pipeline_id>/lag-chart.json", views.pipeline_lag_chart, name="pipeline_lag_chart"),
     path("collectors/", views.collectors, name="collectors"),
     path("api/v1/collectors", views.api_collectors, name="api_collectors"),

@@ -87,6 +87,17 @@ def pipeline_live(request, pipeline_id: int):
 
 @require_GET
 @login_required
+def pipeline_status(request, pipeline_id: int):
+    pipeline = _pipeline_or_404(pipeline_id)
+    return render(request, "dashboard/partials/pipeline_status.html", {
+        "pipeline": pipeline,
+        "freshness": selectors.pipeline_freshness(pipeline=pipeline),
+        "evaluation": selectors.pipeline_evaluation(pipeline=pipeline),
+    })
+
+
+@require_GET
+@login_required
 def pipeline_lag_chart(request, pipeline_id: int):
     pipeline = _pipeline_or_404(pipeline_id)
     key = _range_key(request)

@@ -48,6 +48,7 @@ def test_pipeline_page_shows_batches_newest_first_and_lag_per_partition(client, 
     assert partitions["0"][1:5] == ["7", "0", "10", "3"]  # committed, low, high, lag = high - committed
     assert partitions["1"][1:5] == ["9", "0", "10", "1"]
     assert partitions["0"][-1].startswith("lagging")
+    assert html.index('id="pipeline-status"') < html.index('id="lag-chart"')  # the verdict before the chart
     assert "Data is stale" not in html
 
 
@@ -69,7 +70,7 @@ def test_stale_data_is_said_not_shown_as_current(client, alice, stack, unique_na
     s.store.save()
     collect_once()
     pipeline = Pipeline.objects.get(store=s.store)
-    html = client.get(reverse("pipeline_live", args=[pipeline.pk])).content.decode()
+    html = client.get(reverse("pipeline_status", args=[pipeline.pk])).content.decode()
     assert "Data is stale" in html and "poll(s) failed" in html and "cannot reach the HBase Thrift server" in html
     assert "hbase://127.0.0.1:1/gone" in html
     assert "polls failing since" in client.get(reverse("overview")).content.decode()
