@@ -51,13 +51,14 @@ class Command(BaseCommand):
             say(f"Offset Watch demo (run directory {stack.run_dir}; logs in {stack.log_dir})")
             stack.log_dir.mkdir(parents=True, exist_ok=True)
             stack.pid_dir.mkdir(parents=True, exist_ok=True)
+            self._fresh_embedded_database(say)
+            self._check_database()  # before starting anything: a wrong DATABASE_URL fails at once
             say("[1/4] local stack")
             for comp in stack.components():
                 if stack.start_component(comp, progress=say):
                     started.append(comp.name)
 
             say("[2/4] database and demo data")
-            self._fresh_embedded_database(say)
             call_command("migrate", interactive=False, verbosity=0)
             username, password = self._demo_user()
             cluster = services.cluster_get_or_create(name="local", bootstrap_servers=settings.KAFKA_BOOTSTRAP)
@@ -106,6 +107,20 @@ class Command(BaseCommand):
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
         say(f"  database   fresh demo database at {path}")
+
+    def _check_database(self) -> None:
+        """Fail with the database's name and the reason, not a traceback, when it cannot be used."""
+        from django.db import OperationalError, connection
+
+        db = settings.DATABASES["default"]
+        where = db["NAME"] if "sqlite3" in db["ENGINE"] else f"{db['HOST']}:{db['PORT']}/{db['NAME']}"
+        try:
+            connection.ensure_connection()
+        except OperationalError as exc:
+            raise CommandError(
+                f"cannot use the database {where} (from DATABASE_URL): {exc}. "
+                "Unset DATABASE_URL to use the embedded SQLite demo database."
+            ) from exc
 
     def _demo_user(self) -> tuple[str, str]:
         username = "demo"
