@@ -121,7 +121,7 @@ def run(args, bootstrap: str) -> None:
         import pstats
 
         cProfile.runctx("collect_once()", globals(), {"collect_once": collect_once}, "/tmp/cycle.prof")
-        pstats.Stats("/tmp/cycle.prof").sort_stats("tottime").print_stats(18)
+        pstats.Stats("/tmp/cycle.prof").sort_stats(os.environ.get("BENCH_PROFILE_SORT", "tottime")).print_stats(int(os.environ.get("BENCH_PROFILE_ROWS", "18")))
     if os.environ.get("BENCH_SHOW_QUERIES"):
         from collections import Counter
 

@@ -139,10 +139,9 @@ class WatermarkSample(models.Model):
         indexes = [models.Index(fields=["cluster", "topic", "-sampled_at"], name="wm_cluster_topic_time")]
 
     def watermarks(self) -> dict[int, tuple[int, int]]:
-        from dashboard.packing import unpack, unpack_partitions
+        from dashboard.packing import unpack_watermarks
 
-        lows, highs = unpack(self.lows), unpack(self.highs)
-        return {p: (lo, hi) for p, lo, hi in zip(unpack_partitions(self.partitions, len(lows)), lows, highs)}
+        return unpack_watermarks(self.partitions, self.lows, self.highs)
 
 
 class LagSample(models.Model):

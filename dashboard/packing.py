@@ -49,3 +49,9 @@ def unpack_map(partitions: bytes, values: bytes) -> dict[int, int | None]:
     vals = unpack(values)
     return dict(zip(unpack_partitions(partitions, len(vals)), vals))
 
+
+
+def unpack_watermarks(partitions: bytes, lows: bytes, highs: bytes) -> dict[int, tuple[int, int]]:
+    """A WatermarkSample's packed columns as partition -> (low, high)."""
+    lo, hi = unpack(lows), unpack(highs)
+    return dict(zip(unpack_partitions(partitions, len(lo)), zip(lo, hi)))

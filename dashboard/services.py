@@ -4,7 +4,9 @@ from __future__ import annotations
 import hashlib
 import secrets
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import transaction
@@ -13,6 +15,7 @@ from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
 
 from collectors.readers import StoreReading
+from dashboard.bulk import copy_insert
 from dashboard.models import (
     Batch,
     Cluster,
@@ -27,7 +30,7 @@ from dashboard.models import (
     StoreProblem,
     WatermarkSample,
 )
-from dashboard.packing import pack, pack_map, pack_partitions
+from dashboard.packing import pack, pack_map, pack_partitions, unpack_map, unpack_watermarks
 from streamoffsets import evaluation
 from streamoffsets.evaluation import Sample
 from streamoffsets.kafka import WatermarkResult
@@ -167,7 +170,7 @@ def watermarks_record(*, cluster: Cluster, result: WatermarkResult, sampled_at: 
             cluster=cluster, topic=topic, sampled_at=sampled_at, partitions=pack_partitions(ids),
             lows=pack([parts[p].low for p in ids]), highs=pack([parts[p].high for p in ids]),
         ))
-    WatermarkSample.objects.bulk_create(rows, batch_size=1000)
+    copy_insert(WatermarkSample, rows)
 
     pipelines = list(Pipeline.objects.filter(store__cluster=cluster, topic__in=list(result.by_topic)))
     newest = {pk: {int(p): o for p, o in offsets.items()}
@@ -179,7 +182,7 @@ def watermarks_record(*, cluster: Cluster, result: WatermarkResult, sampled_at: 
         ids, values = pack_map(committed)
         samples.append(LagSample(pipeline=pipeline, sampled_at=sampled_at, total_lag=evaluation.sample_lag(committed, highs),
                                  partitions=ids, committed=values, last_batch_ms=pipeline.last_batch_ms))
-    LagSample.objects.bulk_create(samples, batch_size=1000)
+    copy_insert(LagSample, samples)
     _pipelines_evaluate(cluster, pipelines, newest, result, now=sampled_at)
     return len(samples)
 
@@ -196,12 +199,20 @@ def _pipelines_evaluate(
     lookback_since = now - timedelta(seconds=settings.LAG_SECONDS_LOOKBACK_S)
     topics = sorted({p.topic for p in pipelines})
 
-    recent: dict[int, list[LagSample]] = {}
-    for s in LagSample.objects.filter(pipeline__in=pipelines, sampled_at__gte=window_since).order_by("sampled_at"):
-        recent.setdefault(s.pipeline_id, []).append(s)
+    # Plain tuples, not model instances: thousands of rows per cycle, and model __init__ is the
+    # larger part of their cost.
+    recent: dict[int, list[WindowSample]] = {}
+    for pk, at, ids, values, last_ms, lag in (
+        LagSample.objects.filter(pipeline__in=pipelines, sampled_at__gte=window_since).order_by("sampled_at")
+        .values_list("pipeline_id", "sampled_at", "partitions", "committed", "last_batch_ms", "total_lag")
+    ):
+        offsets = {p: c for p, c in unpack_map(ids, values).items() if c is not None}
+        recent.setdefault(pk, []).append(WindowSample(at, offsets, last_ms, lag))
     marks_at: dict[str, dict[datetime, dict[int, tuple[int, int]]]] = {}
-    for w in WatermarkSample.objects.filter(cluster=cluster, topic__in=topics, sampled_at__gte=window_since):
-        marks_at.setdefault(w.topic, {})[w.sampled_at] = w.watermarks()
+    for topic, at, ids, lows, highs in WatermarkSample.objects.filter(
+        cluster=cluster, topic__in=topics, sampled_at__gte=window_since
+    ).values_list("topic", "sampled_at", "partitions", "lows", "highs"):
+        marks_at.setdefault(topic, {})[at] = unpack_watermarks(ids, lows, highs)
     oldest = _oldest_watermarks(cluster, topics, lookback_since)
 
     # Lag older than the window needs the topic's earlier watermarks: fetched only for those topics.
@@ -212,9 +223,10 @@ def _pipelines_evaluate(
             first = window_marks[min(window_marks)]
             if any(p in first and c < first[p][1] for p, c in committed.get(pipeline.pk, {}).items()):
                 deep_topics.add(pipeline.topic)
-    for w in WatermarkSample.objects.filter(cluster=cluster, topic__in=deep_topics,
-                                            sampled_at__gte=lookback_since, sampled_at__lt=window_since):
-        marks_at.setdefault(w.topic, {})[w.sampled_at] = w.watermarks()
+    for topic, at, ids, lows, highs in WatermarkSample.objects.filter(
+        cluster=cluster, topic__in=deep_topics, sampled_at__gte=lookback_since, sampled_at__lt=window_since
+    ).values_list("topic", "sampled_at", "partitions", "lows", "highs"):
+        marks_at.setdefault(topic, {})[at] = unpack_watermarks(ids, lows, highs)
 
     open_incidents = {i.pipeline_id: i for i in Incident.objects.filter(pipeline__in=pipelines, closed_at=None)}
     # One job's offsets visible in two stores (same topic and group): compare them.
@@ -223,13 +235,17 @@ def _pipelines_evaluate(
         twins.setdefault((pipeline.topic, pipeline.group), []).append(pipeline)
     store_names = dict(Store.objects.filter(pk__in={p.store_id for p in pipelines}).values_list("pk", "name"))
     evaluations, incidents_new, incidents_changed = [], [], []
+    series_of: dict[str, TopicSeries] = {}  # built once per topic, shared by its pipelines
     for pipeline in pipelines:
         marks = {p: (w.low, w.high) for p, w in result.by_topic[pipeline.topic].items()}
-        history = dict(marks_at.get(pipeline.topic, {}))
-        if pipeline.topic in oldest:
-            history.setdefault(*oldest[pipeline.topic])
+        series = series_of.get(pipeline.topic)
+        if series is None:
+            history = dict(marks_at.get(pipeline.topic, {}))
+            if pipeline.topic in oldest:
+                history.setdefault(*oldest[pipeline.topic])
+            series = series_of[pipeline.topic] = _topic_series(history)
         evaluated = _pipeline_evaluation(pipeline, committed.get(pipeline.pk, {}), marks,
-                                         recent.get(pipeline.pk, [])[-n:], history, now)
+                                         recent.get(pipeline.pk, [])[-n:], series, now)
         for twin in twins[(pipeline.topic, pipeline.group)]:
             mine, theirs = committed.get(pipeline.pk, {}), committed.get(twin.pk, {})
             if twin.pk != pipeline.pk and mine and theirs and evaluation.drift(mine, theirs):
@@ -246,7 +262,7 @@ def _pipelines_evaluate(
     # An evaluation is derived and replaced every cycle: delete and insert (in this transaction)
     # costs two statements, where bulk_update builds a CASE per row and field.
     PipelineEvaluation.objects.filter(pipeline__in=pipelines).delete()
-    PipelineEvaluation.objects.bulk_create(evaluations, batch_size=1000)
+    copy_insert(PipelineEvaluation, evaluations)
     Incident.objects.bulk_create(incidents_new, batch_size=1000)
     Incident.objects.bulk_update(incidents_changed, ["closed_at", "worst_status", "reasons"], batch_size=1000)
 
@@ -260,14 +276,45 @@ def _oldest_watermarks(cluster: Cluster, topics: list[str], since: datetime) -> 
     return {w.topic: (w.sampled_at, w.watermarks()) for w in rows if firsts.get(w.topic) == w.sampled_at}
 
 
+class WindowSample(NamedTuple):
+    """A stored LagSample as the evaluation reads it."""
+
+    sampled_at: datetime
+    committed: dict[int, int]
+    last_batch_ms: int | None
+    total_lag: int
+
+
+@dataclass
+class TopicSeries:
+    """A topic's watermark history in the shapes the rules take, built once per topic per cycle."""
+
+    highs_at: dict[datetime, dict[int, int]]  # sample time -> partition -> high watermark
+    highs: dict[int, list[tuple[float, int]]]  # partition -> [(epoch s, high)], oldest first
+    lows: dict[int, list[tuple[float, int]]]  # partition -> [(epoch s, low)], oldest first
+
+
+def _topic_series(history: dict[datetime, dict[int, tuple[int, int]]]) -> TopicSeries:
+    items = [(at, at.timestamp(), history[at]) for at in sorted(history)]
+    partitions = set().union(*(marks.keys() for _, _, marks in items))
+    # Comprehensions per partition: this runs for every topic at every cycle.
+    return TopicSeries(
+        highs_at={at: {p: hi for p, (_, hi) in marks.items()} for at, _, marks in items},
+        highs={p: [(t, marks[p][1]) for _, t, marks in items if p in marks] for p in partitions},
+        lows={p: [(t, marks[p][0]) for _, t, marks in items if p in marks] for p in partitions},
+    )
+
+
+CAUGHT_UP = evaluation.TimeLag(0.0, "caught up")
+
+
 def _pipeline_evaluation(
-    pipeline: Pipeline, committed: dict[int, int], marks: dict[int, tuple[int, int]], recent: list[LagSample],
-    history: dict[datetime, dict[int, tuple[int, int]]], now: datetime,
+    pipeline: Pipeline, committed: dict[int, int], marks: dict[int, tuple[int, int]], recent: list[WindowSample],
+    series: TopicSeries, now: datetime,
 ) -> PipelineEvaluation:
     """One pipeline's evaluation from data already in memory (no queries)."""
     window = [
-        Sample(s.sampled_at.timestamp(), s.committed_offsets(),
-               {p: hi for p, (_, hi) in history.get(s.sampled_at, {}).items()},
+        Sample(s.sampled_at.timestamp(), s.committed, series.highs_at.get(s.sampled_at, {}),
                s.last_batch_ms / 1000 if s.last_batch_ms else None, s.total_lag)
         for s in recent
     ]
@@ -277,12 +324,7 @@ def _pipeline_evaluation(
         window, partitions, interval, now.timestamp(),
         stop_after_intervals=settings.STOP_AFTER_INTERVALS, min_stale_s=settings.STALE_AFTER_S,
     )
-    highs: dict[int, list[tuple[float, int]]] = {}
-    lows: dict[int, list[tuple[float, int]]] = {}
-    for at in sorted(history):
-        for p, (lo, hi) in history[at].items():
-            highs.setdefault(p, []).append((at.timestamp(), hi))
-            lows.setdefault(p, []).append((at.timestamp(), lo))
+    highs, lows = series.highs, series.lows
     commits: dict[int, list[tuple[float, int]]] = {}
     for sample in window:
         for p, c in sample.committed.items():
@@ -294,7 +336,9 @@ def _pipeline_evaluation(
                "state": e.state.value, "messages_lost": e.messages_lost, "lag_seconds": None,
                "lag_method": "", "retention_margin": None, "retention_seconds_left": None}
         if e.committed is not None and e.high is not None:
-            tl = evaluation.lag_seconds(e.committed, highs.get(e.partition, []), now.timestamp())
+            # A partition at the high watermark of this cycle (the newest sample) is caught up:
+            # rule 1 of lag_seconds, without walking its history.
+            tl = CAUGHT_UP if e.lag == 0 else evaluation.lag_seconds(e.committed, highs.get(e.partition, []), now.timestamp())
             row["lag_seconds"], row["lag_method"] = tl.seconds, tl.method
             if tl.seconds is not None and (worst_seconds is None or tl.seconds > worst_seconds):
                 worst_seconds, worst_method = tl.seconds, tl.method
