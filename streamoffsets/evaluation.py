@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from operator import lt, sub
-from typing import Sequence
+from operator import attrgetter, itemgetter, lt, sub
+from typing import NamedTuple, Sequence
 
 
 class PartitionState(str, enum.Enum):
@@ -37,8 +37,9 @@ class Status(enum.IntEnum):
     ERR = 5
 
 
-@dataclass(slots=True)  # not frozen: frozen dataclasses cost ~3x to build, and this is the hot path
-class PartitionEvaluation:
+class PartitionEvaluation(NamedTuple):
+    # A tuple, not a dataclass: one is built for every partition of every pipeline at every
+    # cycle, and the hot path builds them with tuple.__new__ at C speed (_new below).
     partition: int
     committed: int | None
     low: int | None
@@ -68,6 +69,9 @@ class PartitionEvaluation:
 _MISSING, _UNKNOWN, _LOW, _HIGH = (PartitionState.MISSING_IN_STORE, PartitionState.UNKNOWN_PARTITION,
                                    PartitionState.LOW_OUT_OF_RANGE, PartitionState.HIGH_OUT_OF_RANGE)
 _LAGGING, _OK = PartitionState.LAGGING, PartitionState.OK
+_new = tuple.__new__
+_OUT_OF_RANGE = frozenset((_LOW, _HIGH))
+_state_of = itemgetter(5)  # PartitionEvaluation.state
 
 
 def evaluate_partition(partition: int, committed: int | None, low: int | None, high: int | None) -> PartitionEvaluation:
@@ -106,7 +110,7 @@ def evaluate_partitions(
             if c < low or lag < 0:
                 append(evaluate_partition(p, c, low, high))
             else:
-                append(PartitionEvaluation(p, c, low, high, lag, _LAGGING if lag else _OK))
+                append(_new(PartitionEvaluation, (p, c, low, high, lag, _LAGGING if lag else _OK, 0)))
         return result
     result = []
     for p in sorted(set(committed) | set(watermarks)):
@@ -123,9 +127,9 @@ def total_lag(evaluations: Sequence[PartitionEvaluation]) -> int:
 # --- pipeline status over a window ------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Sample:
-    """One collection cycle's view of a pipeline."""
+class Sample(NamedTuple):
+    """One collection cycle's view of a pipeline (a tuple: the collectors build a window of them
+    for every pipeline at every cycle)."""
 
     at_s: float  # epoch seconds of the sample
     committed: dict[int, int]  # partition -> committed offset (the store's newest batch)
@@ -134,6 +138,9 @@ class Sample:
     # The sample's total lag when already known (the collectors store it with every sample, so
     # the window rules need not recompute older samples at every cycle).
     lag: int | None = None
+
+
+_at_of, _committed_of = attrgetter("at_s"), attrgetter("committed")
 
 
 @dataclass
@@ -206,15 +213,17 @@ def evaluate_status(
         worst = max(worst, status)
         reasons.append(reason)
 
-    for e in partitions:
-        if e.state is _LOW or e.state is _HIGH:
-            flag(Status.ERR, e.describe())
+    # The states are collected at C speed; the partitions are walked only when one is out of range.
+    if not _OUT_OF_RANGE.isdisjoint(map(_state_of, partitions)):
+        for e in partitions:
+            if e.state is _LOW or e.state is _HIGH:
+                flag(Status.ERR, e.describe())
 
-    ordered = sorted(window, key=lambda s: s.at_s)
+    ordered = sorted(window, key=_at_of)
     # When every sample lists the same partitions in the same order (the usual case), each pair
     # is compared at C speed and only a pair that went back is looked at partition by partition.
     keys = tuple(ordered[-1].committed) if ordered else ()
-    aligned = all(tuple(x.committed) == keys for x in ordered)
+    aligned = all(map(keys.__eq__, map(tuple, map(_committed_of, ordered))))
     for earlier, later in zip(ordered, ordered[1:]):
         if aligned and not any(map(lt, later.committed.values(), earlier.committed.values())):
             continue
