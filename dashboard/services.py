@@ -330,7 +330,7 @@ def _pipeline_evaluation(
         for p, c in sample.committed.items():
             commits.setdefault(p, []).append((sample.at_s, c))
 
-    rows, worst_seconds, worst_method, soonest_loss = [], None, "", None
+    rows, time_lags, soonest_loss = [], [], None
     for e in partitions:
         row = {"partition": e.partition, "committed": e.committed, "low": e.low, "high": e.high, "lag": e.lag,
                "state": e.state.value, "messages_lost": e.messages_lost, "lag_seconds": None,
@@ -340,10 +340,7 @@ def _pipeline_evaluation(
             # rule 1 of lag_seconds, without walking its history.
             tl = CAUGHT_UP if e.lag == 0 else evaluation.lag_seconds(e.committed, highs.get(e.partition, []), now.timestamp())
             row["lag_seconds"], row["lag_method"] = tl.seconds, tl.method
-            if tl.seconds is not None and (worst_seconds is None or tl.seconds > worst_seconds):
-                worst_seconds, worst_method = tl.seconds, tl.method
-            elif worst_seconds is None and not worst_method:
-                worst_method = tl.method
+            time_lags.append((e.partition, e.lag, tl))
             risk = evaluation.retention_risk(e.committed, lows.get(e.partition, []), commits.get(e.partition, []))
             row["retention_margin"], row["retention_seconds_left"] = risk.margin, risk.seconds_left
             if risk.seconds_left is not None:
@@ -352,9 +349,11 @@ def _pipeline_evaluation(
                     status.status = evaluation.Status.WARN
                     status.reasons.append(risk.describe(e.partition))
         rows.append(row)
+    pipeline_time_lag = evaluation.pipeline_lag_seconds(time_lags)
     return PipelineEvaluation(
         pipeline=pipeline, evaluated_at=now, status=int(status.status), reasons=status.reasons, partitions=rows,
-        total_lag=evaluation.total_lag(partitions), lag_seconds=worst_seconds, lag_seconds_method=worst_method[:100],
+        total_lag=evaluation.total_lag(partitions), lag_seconds=pipeline_time_lag.seconds,
+        lag_seconds_method=pipeline_time_lag.method[:100],
         batch_interval_s=interval, retention_seconds_left=soonest_loss,
     )
 

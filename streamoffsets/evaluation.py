@@ -319,6 +319,24 @@ def lag_seconds(
     return TimeLag(max(0.0, now_s - (t0 - back)), "extrapolated, capped" if capped else "extrapolated")
 
 
+def pipeline_lag_seconds(partitions: Sequence[tuple[int, int | None, TimeLag]]) -> TimeLag:
+    """A pipeline's lag in seconds from its partitions' (partition, lag, time lag). Rules:
+    1. a lagging partition (lag > 0) whose time lag is unknown makes the pipeline's unknown:
+       the worst partition could be any age, so no number (and never 0) is shown;
+    2. otherwise the largest known time lag, with its method;
+    3. no partition with a known time lag: unknown, with the first partition's reason.
+    """
+    worst: TimeLag | None = None
+    for partition, lag, tl in partitions:
+        if tl.seconds is None and lag:
+            return TimeLag(None, f"unknown: partition {partition} is {lag:,} behind with no estimate yet")
+        if tl.seconds is not None and (worst is None or tl.seconds > worst.seconds):
+            worst = tl
+    if worst is not None:
+        return worst
+    return partitions[0][2] if partitions else TimeLag(None, "unknown: no partitions")
+
+
 # --- retention risk ---------------------------------------------------------------------------
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from streamoffsets import evaluation
+
 from streamoffsets.evaluation import (
     PartitionState as PS,
     Sample,
@@ -201,3 +203,30 @@ def test_drift_in_words():
     assert describe_drift("store hbase", {0: 1_200, 1: 3}, "store groups", {0: 1_000}) == (
         "offsets differ between store hbase and store groups: partition 0: 1,200 vs 1,000; partition 1: 3 vs —"
     )
+
+
+_TL = evaluation.TimeLag
+PIPELINE_LAG_SECONDS_CASES = [
+    # 1. the worst known partition wins, with its method
+    ([(0, 0, _TL(0.0, "caught up")), (1, 40, _TL(12.0, "interpolated"))], 12.0, "interpolated"),
+    # 2. a lagging partition without an estimate makes the pipeline unknown, never 0 (a caught-up
+    #    partition's 0 s must not stand for the whole pipeline)
+    ([(0, 0, _TL(0.0, "caught up")), (1, 40, _TL(None, "unknown: not enough watermark samples yet"))],
+     None, "unknown: partition 1 is 40 behind"),
+    # 3. every partition caught up: 0 s
+    ([(0, 0, _TL(0.0, "caught up")), (1, 0, _TL(0.0, "caught up"))], 0.0, "caught up"),
+    # 4. a partition with unknown lag (None, e.g. missing in store) and an unknown time lag does not hide the others
+    ([(0, None, _TL(None, "unknown: no offsets")), (1, 5, _TL(3.0, "extrapolated"))], 3.0, "extrapolated"),
+    # 5. nothing known at all: the first partition's reason
+    ([(0, None, _TL(None, "unknown: no production rate to extrapolate from"))], None, "unknown: no production rate"),
+    # 6. no partitions
+    ([], None, "unknown: no partitions"),
+]
+
+
+@pytest.mark.parametrize("partitions, seconds, method", PIPELINE_LAG_SECONDS_CASES,
+                         ids=[f"case{i + 1}" for i in range(len(PIPELINE_LAG_SECONDS_CASES))])
+def test_pipeline_lag_seconds(partitions, seconds, method):
+    result = evaluation.pipeline_lag_seconds(partitions)
+    assert result.seconds == seconds
+    assert result.method.startswith(method)
