@@ -39,6 +39,17 @@ def save(setup: Setup, group: str, batch_time_ms: int, offsets: dict[int, int]) 
     return batch
 
 
+def person(name: str, *roles: str, password: str | None = None):
+    """A named user with the given roles (dashboard.roles), made as `manage.py create_user` makes them;
+    no roles: a bare account (a logged-in user nobody gave a role)."""
+    from django.contrib.auth.models import User
+
+    if not roles:
+        return User.objects.create_user(name, password=password)
+    user, _ = services.user_create_or_update(username=name, roles=list(roles), password=password)
+    return user
+
+
 def writable_store_url(kind: str, stack, tmp_path, unique_name) -> str:
     """A fresh place to keep offsets in each writable store kind of the test stack."""
     return {
