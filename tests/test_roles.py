@@ -13,7 +13,6 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from dashboard import services
 from dashboard.api import api_view
-from dashboard.models import Pipeline
 from dashboard.roles import APPROVER, OPERATOR, ROLES, VIEWER, role_required, user_has_role
 from tests.factories import offline_pipeline, person
 
