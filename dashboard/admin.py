@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from dashboard.models import Cluster, Incident, Pipeline, PipelineToken, SourceHealth, StartReport, Store, StoreProblem
+from dashboard.models import ApiToken, Cluster, Incident, Pipeline, PipelineToken, SourceHealth, StartReport, Store, StoreProblem
 
 
 @admin.register(Cluster)
@@ -47,3 +47,13 @@ class StartReportAdmin(admin.ModelAdmin):
 @admin.register(Incident)
 class IncidentAdmin(admin.ModelAdmin):
     list_display = ("pipeline", "opened_at", "closed_at", "worst_status")
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    # Issued by `manage.py issue_api_token` (shown once); here they are listed and revoked.
+    list_display = ("prefix", "name", "user", "created_at", "last_used_at", "revoked_at")
+    readonly_fields = ("user", "name", "prefix", "token_hash", "created_at", "last_used_at")
+
+    def has_add_permission(self, request):
+        return False

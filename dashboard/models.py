@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from django.conf import settings
 from django.db import models
 
 from dashboard.fields import PackedIntsField, RowsJSONField
@@ -246,6 +247,25 @@ class PipelineToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.name})"
+
+
+class ApiToken(models.Model):
+    """A machine credential for the JSON API and /metrics: acts with its user's roles; stored
+    hashed (like PipelineToken), shown once, revocable."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=200)
+    # sha256 of the token; the token itself is never stored.
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12)  # shown in lists so people can tell tokens apart
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Updated at most once a minute (services.api_token_user): a scrape every 15 s must not
+    # turn every read into a write.
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name}, {self.user})"
 
 
 class StartReport(models.Model):

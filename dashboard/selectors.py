@@ -145,3 +145,90 @@ def store_problems(*, store: Store, limit: int = 20) -> list[StoreProblem]:
 
 RANGES = {"15m": timedelta(minutes=15), "1h": timedelta(hours=1), "6h": timedelta(hours=6),
           "24h": timedelta(hours=24), "7d": timedelta(days=7)}
+
+
+# --- JSON API and /metrics -----------------------------------------------------------------------
+
+
+def pipelines_filtered(
+    *, statuses: list[int] | None = None, store: str | None = None, cluster: str | None = None, q: str | None = None
+) -> list[Pipeline]:
+    """Pipelines with their evaluation, ordered as the overview; each filter is optional:
+    statuses (Status values, OR), store and cluster names (exact), q (text in topic or group)."""
+    rows = Pipeline.objects.select_related("store", "store__cluster", "evaluation")
+    if statuses is not None:
+        rows = rows.filter(evaluation__status__in=statuses)
+    if store is not None:
+        rows = rows.filter(store__name=store)
+    if cluster is not None:
+        rows = rows.filter(store__cluster__name=cluster)
+    if q:
+        rows = rows.filter(Q(topic__icontains=q) | Q(group__icontains=q))
+    return list(rows.order_by(F("evaluation__status").desc(nulls_last=True),
+                              F("evaluation__total_lag").desc(nulls_last=True), "topic", "group", "pk"))
+
+
+def pipeline_with_evaluation(*, pipeline_id: int) -> Pipeline:
+    """One pipeline with store, cluster and evaluation in one query (DoesNotExist if none)."""
+    return Pipeline.objects.select_related("store", "store__cluster", "evaluation").get(pk=pipeline_id)
+
+
+def pipeline_batches_keyset(
+    *, pipeline: Pipeline, from_ms: int | None = None, to_ms: int | None = None, before_ms: int | None = None,
+    limit: int = 100,
+) -> tuple[list[Batch], bool]:
+    """Batches with from_ms <= time < to_ms, newest first, at most `limit`, older than before_ms
+    (the cursor: batch times are unique per pipeline). Returns (batches, whether more follow).
+    Keyset, not OFFSET: page 1,000 of a long history costs what page 1 costs (batch_pipeline_time)."""
+    rows = pipeline.batches.all()
+    if from_ms is not None:
+        rows = rows.filter(batch_time_ms__gte=from_ms)
+    if to_ms is not None:
+        rows = rows.filter(batch_time_ms__lt=to_ms)
+    if before_ms is not None:
+        rows = rows.filter(batch_time_ms__lt=before_ms)
+    found = list(rows.order_by("-batch_time_ms").only(
+        "batch_time_ms", "offsets", "records", "batch_id", "committed")[:limit + 1])
+    return found[:limit], len(found) > limit
+
+
+def pipeline_lag_points(*, pipeline: Pipeline, since: datetime, until: datetime) -> list[tuple[int, int]]:
+    """(epoch ms, total lag) of every sample with since <= sampled_at < until, oldest first."""
+    rows = pipeline.lag_samples.filter(sampled_at__gte=since, sampled_at__lt=until).order_by("sampled_at")
+    return [(int(at.timestamp() * 1000), lag) for at, lag in rows.values_list("sampled_at", "total_lag").iterator(
+        chunk_size=10_000)]
+
+
+@dataclass(frozen=True)
+class PipelineMetrics:
+    """What /metrics says of one pipeline: plain values, so dashboard.metrics stays pure."""
+
+    store: str
+    topic: str
+    group: str
+    cluster: str
+    status: int | None  # streamoffsets.evaluation.Status; None before the first evaluation
+    total_lag: int | None
+    lag_seconds: float | None
+    retention_seconds_left: float | None
+    retention_margin_min: int | None
+    evaluated: bool
+    partition_lags: tuple[tuple[int, int | None], ...] = ()
+
+
+def pipelines_metrics() -> list[PipelineMetrics]:
+    """Every pipeline's metric values, in one query."""
+    out = []
+    for p in Pipeline.objects.select_related("store", "store__cluster", "evaluation").order_by("pk"):
+        e = getattr(p, "evaluation", None)
+        rows = e.partitions if e else []
+        margins = [r["retention_margin"] for r in rows if r.get("retention_margin") is not None]
+        out.append(PipelineMetrics(
+            store=p.store.name, topic=p.topic, group=p.group, cluster=p.store.cluster.name,
+            status=e.status if e else None, total_lag=e.total_lag if e else None,
+            lag_seconds=e.lag_seconds if e else None,
+            retention_seconds_left=e.retention_seconds_left if e else None,
+            retention_margin_min=min(margins) if margins else None, evaluated=e is not None,
+            partition_lags=tuple((r["partition"], r.get("lag")) for r in rows),
+        ))
+    return out

@@ -10,13 +10,14 @@ from typing import NamedTuple
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, JSONField, Min, OuterRef, Subquery
+from django.db.models import F, JSONField, Min, OuterRef, Q, Subquery
 from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
 
 from collectors.readers import StoreReading
 from dashboard.bulk import copy_insert
 from dashboard.models import (
+    ApiToken,
     Batch,
     Cluster,
     Incident,
@@ -380,16 +381,22 @@ def _incident_change(
 # --- machine tokens and start reports -----------------------------------------------------------
 
 TOKEN_PREFIX = "owp_"
+API_TOKEN_PREFIX = "owu_"
 
 
-def _token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+def token_hash(token: str) -> str:
+    """What is stored of a machine token (pipeline or API token): its SHA-256, never the token."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _token_new(prefix: str) -> str:
+    return prefix + secrets.token_urlsafe(32)
 
 
 def pipeline_token_issue(*, pipeline: Pipeline, name: str) -> tuple[PipelineToken, str]:
     """A new token for a pipeline's job. The plain token is returned once and never stored."""
-    plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = PipelineToken.objects.create(pipeline=pipeline, name=name, token_hash=_token_hash(plain), prefix=plain[:12])
+    plain = _token_new(TOKEN_PREFIX)
+    token = PipelineToken.objects.create(pipeline=pipeline, name=name, token_hash=token_hash(plain), prefix=plain[:12])
     return token, plain
 
 
@@ -404,9 +411,97 @@ def pipeline_for_token(*, token: str) -> Pipeline | None:
     if not token.startswith(TOKEN_PREFIX):
         return None
     found = PipelineToken.objects.select_related("pipeline").filter(
-        token_hash=_token_hash(token), revoked_at=None
+        token_hash=token_hash(token), revoked_at=None
     ).first()
     return found.pipeline if found else None
+
+
+API_TOKEN_TOUCH_EVERY = timedelta(seconds=60)
+
+
+def api_token_issue(*, user, name: str) -> tuple[ApiToken, str]:
+    """A new API token acting as `user`. The plain token is returned once and never stored."""
+    plain = _token_new(API_TOKEN_PREFIX)
+    token = ApiToken.objects.create(user=user, name=name, token_hash=token_hash(plain), prefix=plain[:12])
+    return token, plain
+
+
+def api_token_revoke(*, token: ApiToken) -> None:
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+
+
+def api_token_user(*, token: str):
+    """The active user a live API token acts as; None for unknown, revoked or inactive-user tokens.
+    Records when the token was last used, at most once a minute (a conditional UPDATE)."""
+    if not token.startswith(API_TOKEN_PREFIX) or len(token) > 200:
+        return None
+    found = ApiToken.objects.select_related("user").filter(token_hash=token_hash(token), revoked_at=None).first()
+    if found is None or not found.user.is_active:
+        return None
+    now = timezone.now()
+    ApiToken.objects.filter(pk=found.pk).filter(
+        Q(last_used_at=None) | Q(last_used_at__lt=now - API_TOKEN_TOUCH_EVERY)
+    ).update(last_used_at=now)
+    return found.user
+
+
+# --- people and roles ---------------------------------------------------------------------------
+
+
+class InvalidUser(ValueError):
+    """A user that cannot be created as asked; the message names what is wrong."""
+
+
+@transaction.atomic
+def user_create_or_update(
+    *, username: str, roles: list[str], password: str | None = None, email: str | None = None
+) -> tuple[object, bool]:
+    """Create a user or update an existing one: its role groups become exactly `roles` (other
+    groups are kept), the password and email are set when given. Returns (user, created).
+    A new user without a password gets an unusable one: it can only act through API tokens."""
+    from django.contrib.auth import get_user_model, password_validation
+    from django.contrib.auth.models import Group
+    from django.core.exceptions import ValidationError
+    from django.core.validators import validate_email
+
+    from dashboard.roles import ROLES
+
+    User = get_user_model()
+    unknown = [r for r in roles if r not in ROLES]
+    if unknown or not roles:
+        raise InvalidUser(f"unknown role(s) {', '.join(map(repr, unknown)) or '(none given)'}: use {', '.join(ROLES)}")
+    username_field = User._meta.get_field(User.USERNAME_FIELD)
+    try:
+        username_field.clean(username, None)
+    except ValidationError as exc:
+        raise InvalidUser(f"user name {username!r}: {' '.join(exc.messages)}") from None
+    if email is not None:
+        try:
+            validate_email(email)
+        except ValidationError:
+            raise InvalidUser(f"email {email!r} is not a valid address") from None
+    user = User.objects.filter(**{User.USERNAME_FIELD: username}).first()
+    created = user is None
+    if created:
+        user = User(**{User.USERNAME_FIELD: username})
+    if email is not None:
+        user.email = email
+    if password is not None:
+        try:
+            password_validation.validate_password(password, user)
+        except ValidationError as exc:
+            raise InvalidUser(f"password refused: {' '.join(exc.messages)}") from None
+        user.set_password(password)
+    elif created:
+        user.set_unusable_password()
+    user.save()
+    # The migration creates the groups; get_or_create keeps this working on a flushed database.
+    wanted = [Group.objects.get_or_create(name=role)[0] for role in roles]
+    user.groups.remove(*Group.objects.filter(name__in=ROLES).exclude(name__in=roles))
+    user.groups.add(*wanted)
+    return user, created
 
 
 class InvalidReport(ValueError):

@@ -7,7 +7,8 @@ Environment variables (see README, configuration):
   OFFSETWATCH_DEBUG, OFFSETWATCH_ALLOWED_HOSTS, OFFSETWATCH_RUN_DIR,
   OFFSETWATCH_POLL_INTERVAL, OFFSETWATCH_STALE_AFTER, OFFSETWATCH_IO_TIMEOUT,
   OFFSETWATCH_KAFKA_PORT, OFFSETWATCH_HBASE_PORT, OFFSETWATCH_ZOOKEEPER_PORT, OFFSETWATCH_REDIS_PORT,
-  OFFSETWATCH_KAFKA_BOOTSTRAP, OFFSETWATCH_HBASE_URL, OFFSETWATCH_ZOOKEEPER_HOSTS
+  OFFSETWATCH_KAFKA_BOOTSTRAP, OFFSETWATCH_HBASE_URL, OFFSETWATCH_ZOOKEEPER_HOSTS,
+  OFFSETWATCH_METRICS_INCLUDE, OFFSETWATCH_METRICS_EXCLUDE, OFFSETWATCH_METRICS_PER_PARTITION
 """
 from __future__ import annotations
 
@@ -51,6 +52,11 @@ def env_float(name: str, default: float) -> float:
         return float(raw) if raw else default
     except ValueError:
         raise ValueError(f"{name}={raw!r} is not a number") from None
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    """A comma-separated list; blanks around items and empty items are dropped."""
+    return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
 
 
 def database_from_url(url: str) -> dict:
@@ -169,6 +175,13 @@ RETENTION_HOUR_S = env_float("OFFSETWATCH_RETENTION_HOUR", 30 * 24 * 3600.0)
 RETENTION_BATCHES_S = env_float("OFFSETWATCH_RETENTION_BATCHES", 30 * 24 * 3600.0)
 PRUNE_INTERVAL_S = env_float("OFFSETWATCH_PRUNE_INTERVAL", 3600.0)
 KAFKA_LIST_OFFSETS_CHUNK = env_int("OFFSETWATCH_LIST_OFFSETS_CHUNK", 500)
+
+# /metrics: which pipelines are exported (fnmatch patterns over "store/topic/group"; include
+# empty = all) and whether each partition's lag is a series too. Many pipelines times many
+# partitions is how a Prometheus server runs out of memory, hence the default.
+METRICS_INCLUDE = env_list("OFFSETWATCH_METRICS_INCLUDE")
+METRICS_EXCLUDE = env_list("OFFSETWATCH_METRICS_EXCLUDE")
+METRICS_PER_PARTITION = env_bool("OFFSETWATCH_METRICS_PER_PARTITION", False)
 
 # The local stack (python manage.py stack / demo): loopback ports and the addresses built on them.
 STACK_KAFKA_PORT = env_int("OFFSETWATCH_KAFKA_PORT", 19092)

@@ -39,6 +39,45 @@ def save(setup: Setup, group: str, batch_time_ms: int, offsets: dict[int, int]) 
     return batch
 
 
+def offline_pipeline(
+    unique_name, *, partitions: dict[int, tuple[int, int]], batches: list[tuple[int, dict[int, int]]],
+    group: str = "etl", topic: str | None = None, sampled_at=None, store: Store | None = None,
+):
+    """A pipeline recorded through the collectors' services without any server: its store's
+    batches (time ms, {partition: offset}), then one watermark poll `partitions` =
+    {partition: (low, high)} at `sampled_at`, which samples and evaluates it."""
+    from django.utils import timezone
+
+    from collectors.readers import StoreReading
+    from dashboard.models import Pipeline
+    from streamoffsets.kafka import WatermarkResult
+    from streamoffsets.types import PipelineKey, Watermarks
+
+    if store is None:
+        cluster = services.cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers="127.0.0.1:1")
+        store = services.store_get_or_create(name=unique_name("store"), kind="hbase",
+                                             url="hbase://127.0.0.1:1/unused", cluster=cluster)
+    topic = topic or unique_name("orders")
+    key = PipelineKey(topic, group)
+    services.store_reading_record(store=store, reading=StoreReading(
+        pipelines=[key], batches={key: [BatchOffsets(topic, group, ms, offsets) for ms, offsets in batches]}))
+    services.watermarks_record(
+        cluster=store.cluster, sampled_at=sampled_at or timezone.now(),
+        result=WatermarkResult(by_topic={topic: {p: Watermarks(p, lo, hi) for p, (lo, hi) in partitions.items()}}))
+    return Pipeline.objects.select_related("store", "store__cluster").get(store=store, topic=topic, group=group)
+
+
+def person(name: str, *roles: str, password: str | None = None):
+    """A named user with the given roles (dashboard.roles), made as `manage.py create_user` makes them;
+    no roles: a bare account (a logged-in user nobody gave a role)."""
+    from django.contrib.auth.models import User
+
+    if not roles:
+        return User.objects.create_user(name, password=password)
+    user, _ = services.user_create_or_update(username=name, roles=list(roles), password=password)
+    return user
+
+
 def writable_store_url(kind: str, stack, tmp_path, unique_name) -> str:
     """A fresh place to keep offsets in each writable store kind of the test stack."""
     return {

@@ -6,16 +6,17 @@ import threading
 
 import pytest
 from celery.contrib.testing.worker import start_worker
-from django.contrib.auth.models import User
 from django.urls import reverse
 
 from collectors import tasks
 from collectors.celery_app import app
 from dashboard import services
 from dashboard.models import Batch, LagSample, Pipeline, PipelineEvaluation
+from dashboard.roles import VIEWER
 from pipeline.job import JobConfig, ReferenceJob
 from pipeline.producer import ensure_topic, produce_forever
 from streamoffsets.kafka import KafkaWatermarkReader
+from tests.factories import person
 from tests.test_celery_tasks import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]
@@ -62,7 +63,7 @@ def test_live_job_offsets_reach_the_pipeline_page(spark, stack, unique_name, tmp
     rows = PipelineEvaluation.objects.get(pipeline=pipeline).partitions
     assert {r["partition"]: r["lag"] for r in rows} == {p: marks[p].high - committed[p] for p in marks}
 
-    client.force_login(User.objects.create_user("oncall"))
+    client.force_login(person("oncall", VIEWER))
     html = client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
     newest = saved[-1]
     first_row = re.search(r'<tr data-batch-ms="(\d+)">(.*?)</tr>', html, re.S)

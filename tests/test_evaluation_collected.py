@@ -4,17 +4,17 @@ from __future__ import annotations
 import time
 
 import pytest
-from django.contrib.auth.models import User
 from django.urls import reverse
 from django.utils import timezone
 
 from collectors.cycle import collect_once
 from dashboard import services
 from dashboard.models import Incident, Pipeline, PipelineEvaluation
+from dashboard.roles import VIEWER
 from streamoffsets.evaluation import Status
 from streamoffsets.kafka import WatermarkResult
 from streamoffsets.types import Watermarks
-from tests.factories import hbase_store_setup, save
+from tests.factories import hbase_store_setup, person, save
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +25,7 @@ def now_ms() -> int:
 
 @pytest.fixture
 def oncall(client):
-    client.force_login(User.objects.create_user("dana"))
+    client.force_login(person("dana", VIEWER))
     return client
 
 

@@ -4,19 +4,19 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.contrib.auth.models import User
 from django.urls import reverse
 
 from collectors.cycle import collect_once
 from dashboard.models import Pipeline
-from tests.factories import hbase_store_setup, save
+from dashboard.roles import VIEWER
+from tests.factories import hbase_store_setup, person, save
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def alice(client):
-    user = User.objects.create_user("alice", password="correct horse battery")
+    user = person("alice", VIEWER, password="correct horse battery")
     client.force_login(user)
     return user
 

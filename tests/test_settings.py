@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.settings import database_from_url, env_bool, env_float
+from dashboard.settings import database_from_url, env_bool, env_float, env_list
 
 
 def test_database_urls():
@@ -24,3 +24,10 @@ def test_bad_env_values_name_the_variable(monkeypatch):
         env_float("OFFSETWATCH_POLL_INTERVAL", 10.0)
     monkeypatch.setenv("OFFSETWATCH_DEBUG", "")
     assert env_bool("OFFSETWATCH_DEBUG", True) is True
+
+
+def test_lists_are_comma_separated_without_blanks(monkeypatch):
+    monkeypatch.setenv("OFFSETWATCH_METRICS_EXCLUDE", " dev/*, ,*/tmp-* ,")
+    assert env_list("OFFSETWATCH_METRICS_EXCLUDE") == ["dev/*", "*/tmp-*"]
+    monkeypatch.delenv("OFFSETWATCH_METRICS_EXCLUDE")
+    assert env_list("OFFSETWATCH_METRICS_EXCLUDE") == []

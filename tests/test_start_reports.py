@@ -6,18 +6,18 @@ import io
 import logging
 
 import pytest
-from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.urls import reverse
 
 from dashboard import services
 from dashboard.models import Pipeline, PipelineToken, StartReport
+from dashboard.roles import VIEWER
 from localstack.components import free_port
 from pipeline.job import JobConfig, ReferenceJob
 from streamoffsets.dashboard_client import DashboardClient, DashboardError, report_start_quietly
 from streamoffsets.restart import resolve_start
 from streamoffsets.types import BatchOffsets, Watermarks
-from tests.factories import hbase_store_setup, save
+from tests.factories import hbase_store_setup, person, save
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,7 +47,7 @@ def test_a_clamped_start_is_recorded_and_shown(live_server, client, pipeline_wit
     assert DashboardClient(live_server.url, plain).report_start(plan)["pipeline"] == pipeline.pk
     report = StartReport.objects.get(pipeline=pipeline)
     assert (report.clamped_partitions, report.messages_lost, report.first_start) == (1, 2, False)
-    client.force_login(User.objects.create_user("erin"))
+    client.force_login(person("erin", VIEWER))
     html = client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
     assert "2 messages were deleted by retention before being processed; clamped to 4" in html
 

@@ -3,16 +3,16 @@ read by a collector cycle, lag computed against the broker, shown on the pipelin
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import User
 from django.urls import reverse
 
 from collectors.cycle import collect_once
 from dashboard import services
 from dashboard.models import Pipeline, PipelineEvaluation
+from dashboard.roles import VIEWER
 from pipeline.producer import ensure_topic, produce
 from streamoffsets.store import open_store
 from streamoffsets.types import BatchOffsets
-from tests.factories import writable_store_url
+from tests.factories import person, writable_store_url
 
 pytestmark = pytest.mark.django_db
 
@@ -39,7 +39,7 @@ def test_each_writable_store_reaches_the_pipeline_page(client, stack, tmp_path, 
     rows = PipelineEvaluation.objects.get(pipeline=pipeline).partitions
     assert {r["partition"]: r["lag"] for r in rows} == {0: 4, 1: 2}
 
-    client.force_login(User.objects.create_user("bob"))
+    client.force_login(person("bob", VIEWER))
     html = client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
     assert '<td class="num">6</td>' in html and '<td class="num">8</td>' in html
 
@@ -70,7 +70,7 @@ def test_a_checkpoint_shows_planned_batches_until_spark_commits_them(client, sta
     assert collect_once().errors == []
     pipeline = Pipeline.objects.get(store=store, topic=topic, group="orders-enricher")
     assert list(pipeline.batches.order_by("batch_id").values_list("batch_id", "committed")) == [(0, True), (1, False)]
-    client.force_login(User.objects.create_user("carol"))
+    client.force_login(person("carol", VIEWER))
     assert "planned, not committed" in client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
 
     write_checkpoint_batch(root, 1, topic, {0: 7}, 1_700_000_001_000, committed=True)

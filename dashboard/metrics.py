@@ -1,0 +1,119 @@
+"""Prometheus text exposition (format 0.0.4) of pipelines and collectors, written by hand.
+
+`render` is pure: it takes the selector's plain rows (selectors.pipelines_metrics) and the
+sources' health rows and returns the text; the view only reads settings and calls it.
+
+Cardinality: every pipeline gives 5 series (plus one per partition with per_partition). Include
+and exclude are fnmatch patterns over "store/topic/group"; a pipeline is exported when it
+matches an include pattern (or there are none) and no exclude pattern. How many were left out is
+itself exported, so a too-wide exclude is visible rather than silent.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from fnmatch import fnmatchcase
+
+from streamoffsets.evaluation import Status
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def escape_label_value(value: str) -> str:
+    """Backslash, double quote and newline escaped, as the exposition format requires."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_value(value: float | int) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def pipeline_selected(key: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
+    """Whether "store/topic/group" passes the include/exclude patterns (case-sensitive)."""
+    if include and not any(fnmatchcase(key, pattern) for pattern in include):
+        return False
+    return not any(fnmatchcase(key, pattern) for pattern in exclude)
+
+
+class _Family:
+    def __init__(self, name: str, help_text: str):
+        self.name, self.help_text, self.samples = name, help_text, []
+
+    def add(self, labels: dict[str, str], value) -> None:
+        if value is not None:
+            self.samples.append((labels, value))
+
+    def lines(self) -> Iterable[str]:
+        yield f"# HELP {self.name} {_escape_help(self.help_text)}"
+        yield f"# TYPE {self.name} gauge"
+        for labels, value in self.samples:
+            text = ",".join(f'{k}="{escape_label_value(str(v))}"' for k, v in labels.items())
+            yield f"{self.name}{{{text}}} {format_value(value)}" if text else f"{self.name} {format_value(value)}"
+
+
+_STATUS_HELP = ("Pipeline status as a number, worst highest: " +
+                ", ".join(f"{s.value}={s.name}" for s in Status) + "; the status label names it.")
+
+
+def render(
+    *, pipelines: Sequence, sources: Sequence, include: Sequence[str] = (), exclude: Sequence[str] = (),
+    per_partition: bool = False,
+) -> str:
+    """The exposition text. `pipelines`: selectors.PipelineMetrics rows; `sources`: objects with
+    source, label, consecutive_failures, last_success_at (SourceHealth). Unknown values (no
+    evaluation yet, lag in seconds not yet known) are left out, never exported as 0."""
+    lag = _Family("offsetwatch_pipeline_lag_messages", "Total lag: messages between committed offsets and high watermarks.")
+    lag_s = _Family("offsetwatch_pipeline_lag_seconds",
+                    "Largest per-partition lag in seconds (absent while unknown).")
+    status = _Family("offsetwatch_pipeline_status", _STATUS_HELP)
+    margin = _Family("offsetwatch_pipeline_retention_margin_messages",
+                     "Smallest per-partition margin (committed - low watermark); negative: data was deleted unread.")
+    left = _Family("offsetwatch_pipeline_retention_seconds_left",
+                   "Seconds until retention deletes unread data at the current rates; +Inf when no such risk is seen.")
+    part = _Family("offsetwatch_partition_lag_messages", "Lag of one partition (OFFSETWATCH_METRICS_PER_PARTITION).")
+    exported = skipped = 0
+    for p in pipelines:
+        if not pipeline_selected(f"{p.store}/{p.topic}/{p.group}", include, exclude):
+            skipped += 1
+            continue
+        exported += 1
+        labels = {"store": p.store, "topic": p.topic, "group": p.group, "cluster": p.cluster}
+        lag.add(labels, p.total_lag)
+        lag_s.add(labels, p.lag_seconds)
+        if p.status is not None:
+            status.add({**labels, "status": Status(p.status).name}, p.status)
+        margin.add(labels, p.retention_margin_min)
+        if p.evaluated:
+            left.add(labels, math.inf if p.retention_seconds_left is None else p.retention_seconds_left)
+        if per_partition:
+            for partition, value in p.partition_lags:
+                part.add({**labels, "partition": str(partition)}, value)
+
+    up = _Family("offsetwatch_source_up", "1 when the last poll of the source (a store or a cluster's watermarks) succeeded.")
+    last_ok = _Family("offsetwatch_source_last_success_timestamp_seconds", "Unix time of the source's last successful poll.")
+    failures = _Family("offsetwatch_source_consecutive_failures", "Failed polls of the source in a row.")
+    for s in sources:
+        labels = {"source": s.source, "label": s.label}
+        up.add(labels, int(s.consecutive_failures == 0 and s.last_success_at is not None))
+        last_ok.add(labels, s.last_success_at.timestamp() if s.last_success_at else None)
+        failures.add(labels, s.consecutive_failures)
+
+    counts = _Family("offsetwatch_metrics_pipelines",
+                     "Pipelines known, by whether OFFSETWATCH_METRICS_INCLUDE/_EXCLUDE let them be exported.")
+    counts.add({"exported": "true"}, exported)
+    counts.add({"exported": "false"}, skipped)
+
+    families = [lag, lag_s, status, margin, left] + ([part] if per_partition else []) + [up, last_ok, failures, counts]
+    return "\n".join(line for family in families for line in family.lines()) + "\n"
