@@ -14,7 +14,7 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
-from collectors.readers import read_store, read_watermarks
+from collectors.readers import read_record_timestamps, read_store, read_watermarks
 from dashboard import selectors, services
 from dashboard.models import Cluster, Store
 from streamoffsets.errors import OffsetStoreError
@@ -84,9 +84,29 @@ def poll_cluster(cluster_id: int) -> int:
         topics = selectors.cluster_topics(cluster=cluster)
         result = read_watermarks(cluster.bootstrap_servers, topics, timeout_s=settings.IO_TIMEOUT_S,
                                  chunk_size=settings.KAFKA_LIST_OFFSETS_CHUNK)
-        if result.missing:
-            outcome.warning = "; ".join(f"topic {t!r}: {why}" for t, why in sorted(result.missing.items()))
-        return services.watermarks_record(cluster=cluster, result=result, sampled_at=outcome.started_at)
+        warnings = [f"topic {t!r}: {why}" for t, why in sorted(result.missing.items())]
+        record_times, problem = _record_times(cluster, result)
+        if problem:
+            warnings.append(problem)
+        outcome.warning = "; ".join(warnings) or None
+        return services.watermarks_record(cluster=cluster, result=result, sampled_at=outcome.started_at,
+                                          record_times=record_times)
+
+
+def _record_times(cluster: Cluster, result) -> tuple[dict[tuple[str, int], int], str | None]:
+    """Timestamps of the records at the most lagging committed offsets (exact lag in seconds).
+    Read after the watermarks and outside any transaction; a failure here is a warning, the
+    lag in seconds then comes from interpolation."""
+    highs = {t: {p: w.high for p, w in parts.items()} for t, parts in result.by_topic.items()}
+    positions = selectors.record_timestamp_positions(cluster=cluster, highs=highs,
+                                                     limit=settings.RECORD_TIMESTAMP_PARTITIONS)
+    if not positions:
+        return {}, None
+    try:
+        times = read_record_timestamps(cluster.bootstrap_servers, positions, timeout_s=settings.IO_TIMEOUT_S)
+    except OffsetStoreError as exc:
+        return {}, f"record timestamps not read ({exc}); lag in seconds interpolated"
+    return {(t, p, positions[(t, p)]): ms for (t, p), ms in times.items()}, None
 
 
 def collect_once() -> CycleSummary:

@@ -48,3 +48,7 @@ def read_store(url: str, positions: dict[PipelineKey, int], max_batches: int, ti
 
 def read_watermarks(bootstrap: str, topics: list[str], timeout_s: float, chunk_size: int = 500) -> WatermarkResult:
     return KafkaWatermarkReader(bootstrap, timeout_s=timeout_s, chunk_size=chunk_size).watermarks(sorted(set(topics)))
+
+
+def read_record_timestamps(bootstrap: str, positions: dict[tuple[str, int], int], timeout_s: float) -> dict[tuple[str, int], int]:
+    return KafkaWatermarkReader(bootstrap, timeout_s=timeout_s).record_timestamps(positions)

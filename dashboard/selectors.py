@@ -7,7 +7,7 @@ from datetime import timezone as dt_timezone
 
 from django.conf import settings
 from django.core.paginator import Page, Paginator
-from django.db.models import F, Min, Q
+from django.db.models import F, JSONField, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from dashboard.models import Batch, Cluster, Incident, Pipeline, PipelineEvaluation, SourceHealth, StartReport, Store, StoreProblem
@@ -232,3 +232,35 @@ def pipelines_metrics() -> list[PipelineMetrics]:
             partition_lags=tuple((r["partition"], r.get("lag")) for r in rows),
         ))
     return out
+
+
+def newest_batches(*, pipeline_ids: list[int]) -> dict[int, tuple[int, dict[str, int]]]:
+    """Each pipeline's newest batch (time, offsets), in one query (an indexed subquery each)."""
+    newest = Batch.objects.filter(pipeline=OuterRef("pk")).order_by("-batch_time_ms")
+    rows = Pipeline.objects.filter(pk__in=pipeline_ids).annotate(
+        newest_ms=Subquery(newest.values("batch_time_ms")[:1]),
+        newest_offsets=Subquery(newest.values("offsets")[:1], output_field=JSONField()),
+    ).values_list("pk", "newest_ms", "newest_offsets")
+    return {pk: (ms, offsets) for pk, ms, offsets in rows if ms is not None}
+
+
+def record_timestamp_positions(
+    *, cluster: Cluster, highs: dict[str, dict[int, int]], limit: int
+) -> dict[tuple[str, int], int]:
+    """The committed offsets whose records' timestamps give lag in seconds exactly: the `limit`
+    most lagging (topic, partition) positions of the cluster's pipelines. One position per
+    partition (a consumer reads a partition from one offset): the lowest committed, the oldest
+    unprocessed record; other pipelines on that partition keep the interpolated estimate."""
+    if limit <= 0:
+        return {}
+    pipelines = dict(Pipeline.objects.filter(store__cluster=cluster, topic__in=list(highs)).values_list("pk", "topic"))
+    lowest: dict[tuple[str, int], int] = {}
+    for pk, (_, offsets) in newest_batches(pipeline_ids=list(pipelines)).items():
+        topic_highs = highs[pipelines[pk]]
+        for p, committed in offsets.items():
+            key = (pipelines[pk], int(p))
+            high = topic_highs.get(key[1])
+            if isinstance(committed, int) and high is not None and committed < high:
+                lowest[key] = min(committed, lowest.get(key, committed))
+    worst = sorted(lowest, key=lambda k: highs[k[0]][k[1]] - lowest[k], reverse=True)[:limit]
+    return {key: lowest[key] for key in worst}

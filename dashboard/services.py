@@ -15,6 +15,7 @@ from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
 
 from collectors.readers import StoreReading
+from dashboard import selectors
 from dashboard.bulk import copy_insert
 from dashboard.models import (
     ApiToken,
@@ -101,7 +102,7 @@ def store_reading_record(*, store: Store, reading: StoreReading) -> int:
     )
     with_batches = {(k.topic, k.group): b for k, b in reading.batches.items() if b}
     pipelines = [p for p in store.pipelines.all() if (p.topic, p.group) in with_batches]
-    newest = _newest_batches([p.pk for p in pipelines])
+    newest = selectors.newest_batches(pipeline_ids=[p.pk for p in pipelines])
     rows: list[Batch] = []
     changed: list[Pipeline] = []
     for pipeline in pipelines:
@@ -117,16 +118,6 @@ def store_reading_record(*, store: Store, reading: StoreReading) -> int:
     Pipeline.objects.bulk_update(changed, ["last_batch_ms", "recent_batch_ms"], batch_size=1000)
     _problems_record(store, reading.problems)
     return len(rows)
-
-
-def _newest_batches(pipeline_ids: list[int]) -> dict[int, tuple[int, dict[str, int]]]:
-    """Each pipeline's newest batch (time, offsets), in one query (an indexed subquery each)."""
-    newest = Batch.objects.filter(pipeline=OuterRef("pk")).order_by("-batch_time_ms")
-    rows = Pipeline.objects.filter(pk__in=pipeline_ids).annotate(
-        newest_ms=Subquery(newest.values("batch_time_ms")[:1]),
-        newest_offsets=Subquery(newest.values("offsets")[:1], output_field=JSONField()),
-    ).values_list("pk", "newest_ms", "newest_offsets")
-    return {pk: (ms, offsets) for pk, ms, offsets in rows if ms is not None}
 
 
 def _batches_new(
@@ -160,9 +151,14 @@ def _problems_record(store: Store, problems: list[RowProblem]) -> None:
 
 
 @transaction.atomic
-def watermarks_record(*, cluster: Cluster, result: WatermarkResult, sampled_at: datetime) -> int:
+def watermarks_record(
+    *, cluster: Cluster, result: WatermarkResult, sampled_at: datetime,
+    record_times: dict[tuple[str, int, int], int] | None = None,
+) -> int:
     """Store the cluster's watermarks (one row per topic), then per pipeline reading its topics a
     lag sample, and evaluate them all (status, lag in seconds, retention risk, incidents).
+    `record_times`: (topic, partition, offset) -> timestamp (ms) of the record at that offset,
+    read from the broker; lag in seconds comes from them where they match the committed offset.
     A constant number of queries whatever the number of pipelines."""
     rows = []
     for topic, parts in result.by_topic.items():
@@ -175,7 +171,7 @@ def watermarks_record(*, cluster: Cluster, result: WatermarkResult, sampled_at: 
 
     pipelines = list(Pipeline.objects.filter(store__cluster=cluster, topic__in=list(result.by_topic)))
     newest = {pk: {int(p): o for p, o in offsets.items()}
-              for pk, (_, offsets) in _newest_batches([p.pk for p in pipelines]).items()}
+              for pk, (_, offsets) in selectors.newest_batches(pipeline_ids=[p.pk for p in pipelines]).items()}
     samples = []
     for pipeline in pipelines:
         committed = newest.get(pipeline.pk, {})
@@ -184,13 +180,13 @@ def watermarks_record(*, cluster: Cluster, result: WatermarkResult, sampled_at: 
         samples.append(LagSample(pipeline=pipeline, sampled_at=sampled_at, total_lag=evaluation.sample_lag(committed, highs),
                                  partitions=ids, committed=values, last_batch_ms=pipeline.last_batch_ms))
     copy_insert(LagSample, samples)
-    _pipelines_evaluate(cluster, pipelines, newest, result, now=sampled_at)
+    _pipelines_evaluate(cluster, pipelines, newest, result, now=sampled_at, record_times=record_times or {})
     return len(samples)
 
 
 def _pipelines_evaluate(
     cluster: Cluster, pipelines: list[Pipeline], committed: dict[int, dict[int, int]], result: WatermarkResult,
-    now: datetime,
+    now: datetime, record_times: dict[tuple[str, int, int], int],
 ) -> None:
     """Evaluate every pipeline of a cluster poll with the pure rules of streamoffsets.evaluation."""
     if not pipelines:
@@ -246,7 +242,7 @@ def _pipelines_evaluate(
                 history.setdefault(*oldest[pipeline.topic])
             series = series_of[pipeline.topic] = _topic_series(history)
         evaluated = _pipeline_evaluation(pipeline, committed.get(pipeline.pk, {}), marks,
-                                         recent.get(pipeline.pk, [])[-n:], series, now)
+                                         recent.get(pipeline.pk, [])[-n:], series, now, record_times)
         for twin in twins[(pipeline.topic, pipeline.group)]:
             mine, theirs = committed.get(pipeline.pk, {}), committed.get(twin.pk, {})
             if twin.pk != pipeline.pk and mine and theirs and evaluation.drift(mine, theirs):
@@ -311,7 +307,7 @@ CAUGHT_UP = evaluation.TimeLag(0.0, "caught up")
 
 def _pipeline_evaluation(
     pipeline: Pipeline, committed: dict[int, int], marks: dict[int, tuple[int, int]], recent: list[WindowSample],
-    series: TopicSeries, now: datetime,
+    series: TopicSeries, now: datetime, record_times: dict[tuple[str, int, int], int],
 ) -> PipelineEvaluation:
     """One pipeline's evaluation from data already in memory (no queries)."""
     window = [
@@ -339,7 +335,13 @@ def _pipeline_evaluation(
         if e.committed is not None and e.high is not None:
             # A partition at the high watermark of this cycle (the newest sample) is caught up:
             # rule 1 of lag_seconds, without walking its history.
-            tl = CAUGHT_UP if e.lag == 0 else evaluation.lag_seconds(e.committed, highs.get(e.partition, []), now.timestamp())
+            record_ms = record_times.get((pipeline.topic, e.partition, e.committed))
+            if e.lag == 0:
+                tl = CAUGHT_UP
+            elif record_ms is not None:
+                tl = evaluation.lag_seconds_from_record(record_ms, now.timestamp())
+            else:
+                tl = evaluation.lag_seconds(e.committed, highs.get(e.partition, []), now.timestamp())
             row["lag_seconds"], row["lag_method"] = tl.seconds, tl.method
             time_lags.append((e.partition, e.lag, tl))
             risk = evaluation.retention_risk(e.committed, lows.get(e.partition, []), commits.get(e.partition, []))

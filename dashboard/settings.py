@@ -175,6 +175,9 @@ RETENTION_HOUR_S = env_float("OFFSETWATCH_RETENTION_HOUR", 30 * 24 * 3600.0)
 RETENTION_BATCHES_S = env_float("OFFSETWATCH_RETENTION_BATCHES", 30 * 24 * 3600.0)
 PRUNE_INTERVAL_S = env_float("OFFSETWATCH_PRUNE_INTERVAL", 3600.0)
 KAFKA_LIST_OFFSETS_CHUNK = env_int("OFFSETWATCH_LIST_OFFSETS_CHUNK", 500)
+# Lag in seconds from the record at the committed offset (exact) for the most lagging partitions
+# of each cluster, up to this many per cycle (one small fetch each); the others are interpolated.
+RECORD_TIMESTAMP_PARTITIONS = env_int("OFFSETWATCH_RECORD_TIMESTAMP_PARTITIONS", 200)
 
 # /metrics: which pipelines are exported (fnmatch patterns over "store/topic/group"; include
 # empty = all) and whether each partition's lag is a series too. Many pipelines times many

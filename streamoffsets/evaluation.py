@@ -319,6 +319,12 @@ def lag_seconds(
     return TimeLag(max(0.0, now_s - (t0 - back)), "extrapolated, capped" if capped else "extrapolated")
 
 
+def lag_seconds_from_record(record_ms: int, now_s: float) -> TimeLag:
+    """Lag in seconds from the timestamp of the record at the committed offset (the next
+    unprocessed message): exact where the broker gives it; a clock ahead of ours reads as 0."""
+    return TimeLag(max(0.0, now_s - record_ms / 1000), "record timestamp")
+
+
 def pipeline_lag_seconds(partitions: Sequence[tuple[int, int | None, TimeLag]]) -> TimeLag:
     """A pipeline's lag in seconds from its partitions' (partition, lag, time lag). Rules:
     1. a lagging partition (lag > 0) whose time lag is unknown makes the pipeline's unknown:

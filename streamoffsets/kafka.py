@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException, TopicPartition
+import time
+
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from streamoffsets.errors import OffsetStoreError, StoreUnreachable
@@ -84,6 +86,47 @@ class KafkaWatermarkReader:
             key = (tp.topic, tp.partition)
             result.by_topic[tp.topic][tp.partition] = Watermarks(tp.partition, low[key], high[key])
         return result
+
+    def record_timestamps(self, positions: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """The timestamp (epoch ms) of the record at each (topic, partition) offset, where the
+        broker returns one: the write time of the next unprocessed message, for lag in seconds.
+
+        One consumer assigned to every position (no group membership, nothing committed) reads
+        the first record of each; fetches are capped small because only one record per
+        partition is wanted. Positions without a record in time (compacted away, no timestamp,
+        slow broker) are left out: the caller falls back to interpolation.
+        """
+        if not positions:
+            return {}
+        consumer = Consumer({
+            "bootstrap.servers": self.bootstrap,
+            "group.id": "offset-watch-record-timestamps",  # required by the client; never joined
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "socket.timeout.ms": int(self.timeout_s * 1000),
+            "max.partition.fetch.bytes": 4096,  # a batch larger than this still comes whole
+            "fetch.wait.max.ms": 50,
+            "reconnect.backoff.max.ms": 1000,
+        })
+        found: dict[tuple[str, int], int] = {}
+        try:
+            consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
+            deadline = time.monotonic() + self.timeout_s
+            while len(found) < len(positions) and time.monotonic() < deadline:
+                for msg in consumer.consume(num_messages=1000, timeout=max(0.01, min(0.5, deadline - time.monotonic()))):
+                    key = (msg.topic(), msg.partition())
+                    if msg.error() or key in found or key not in positions:
+                        continue
+                    kind, ts = msg.timestamp()
+                    if msg.offset() == positions[key] and kind != TIMESTAMP_NOT_AVAILABLE and ts > 0:
+                        found[key] = ts
+                    elif msg.offset() >= positions[key]:
+                        found[key] = -1  # not the record asked for (compacted) or no timestamp: give up on it
+        except KafkaException as exc:
+            raise StoreUnreachable(self.name, "Fetch", f"cannot read records for their timestamps: {exc}") from exc
+        finally:
+            consumer.close()
+        return {key: ts for key, ts in found.items() if ts > 0}
 
     def topic_watermarks(self, topic: str) -> dict[int, Watermarks]:
         """One topic's watermarks; MissingTopic if it does not exist."""

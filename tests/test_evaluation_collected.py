@@ -70,15 +70,6 @@ def test_low_out_of_range_is_explained_in_words(oncall, stack, unique_name):
     assert "low out-of-range: 1,234 messages deleted before being processed" in html
 
 
-def test_lag_in_seconds_is_unknown_until_there_are_samples_never_zero(oncall, stack, unique_name):
-    s = hbase_store_setup(stack, unique_name, partitions=1, records=5)
-    save(s, "etl", now_ms(), {0: 1})
-    collect_once()
-    evaluation = PipelineEvaluation.objects.get(pipeline__store=s.store)
-    assert evaluation.total_lag == 4
-    assert evaluation.lag_seconds is None and evaluation.lag_seconds_method.startswith("unknown")
-
-
 def test_offsets_of_one_job_in_two_stores_are_compared_and_drift_flagged(oncall, stack, unique_name):
     """The job keeps HBase rows and also commits to its Kafka group; the commit fell behind."""
     from streamoffsets.store import open_store
@@ -97,3 +88,45 @@ def test_offsets_of_one_job_in_two_stores_are_compared_and_drift_flagged(oncall,
     assert f"offsets differ between store {s.store.name} and store {groups.name}: partition 1: 10 vs 6" in evaluation.reasons
     pipeline = Pipeline.objects.get(store=s.store, group=group)
     assert "offsets differ between" in oncall.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
+
+
+def test_lag_in_seconds_comes_from_the_timestamp_of_the_record_at_the_committed_offset(oncall, stack, unique_name):
+    """The broker returns each record's timestamp: the next unprocessed record (offset 3 of
+    partition 0) was written an hour ago, so the job is an hour behind, whatever the sampling."""
+    from confluent_kafka import Producer
+
+    s = hbase_store_setup(stack, unique_name, partitions=2)
+    hour_ago = now_ms() - 3_600_000
+    # One record per request: Tansu miscounts the high watermark of multi-record batches.
+    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+    for i in range(6):
+        producer.produce(s.topic, value=b"r%d" % i, partition=0, timestamp=hour_ago + i * 60_000)
+        producer.flush(5)
+    producer.produce(s.topic, value=b"x", partition=1, timestamp=now_ms())
+    producer.flush(5)
+    save(s, "etl", now_ms(), {0: 3, 1: 1})  # partition 0: 3 waiting since hour_ago + 3 min; partition 1 caught up
+
+    collect_once()
+    e = PipelineEvaluation.objects.get(pipeline__store=s.store)
+    rows = {row["partition"]: row for row in e.partitions}
+    assert rows[0]["lag_method"] == "record timestamp"
+    expected = time.time() - (hour_ago + 3 * 60_000) / 1000
+    assert abs(rows[0]["lag_seconds"] - expected) < 15
+    assert rows[1]["lag_seconds"] == 0 and rows[1]["lag_method"] == "caught up"
+    assert e.lag_seconds == rows[0]["lag_seconds"] and e.lag_seconds_method == "record timestamp"
+    page = oncall.get(reverse("pipeline", args=[e.pipeline_id])).content.decode()
+    assert "record timestamp" in page
+
+
+def test_without_record_timestamps_lag_in_seconds_is_unknown_until_there_are_samples_never_zero(
+    settings, oncall, stack, unique_name
+):
+    settings.RECORD_TIMESTAMP_PARTITIONS = 0  # the bound: no record read at all
+    s = hbase_store_setup(stack, unique_name, partitions=1, records=5)
+    save(s, "etl", now_ms(), {0: 1})
+    collect_once()
+    evaluation = PipelineEvaluation.objects.get(pipeline__store=s.store)
+    assert evaluation.total_lag == 4
+    # One watermark sample only: the interpolation honestly says it does not know yet.
+    assert evaluation.lag_seconds is None and evaluation.lag_seconds_method.startswith("unknown")
+    assert evaluation.partitions[0]["lag_method"].startswith("unknown")
