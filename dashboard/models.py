@@ -197,6 +197,9 @@ class PipelineEvaluation(models.Model):
     batch_interval_s = models.FloatField(null=True)
     # Seconds until the first partition loses unprocessed data to retention; null: no risk seen.
     retention_seconds_left = models.FloatField(null=True)
+    # [[minute start (epoch s), largest total lag in that minute], ...] for the last hour, oldest
+    # first: the overview's sparkline, carried from one evaluation to the next (dashboard.sparkline).
+    sparkline = RowsJSONField(default=list)
 
     @property
     def status_name(self) -> str:

@@ -74,13 +74,20 @@ def unreachable_sources() -> list[SourceHealth]:
     return list(SourceHealth.objects.filter(consecutive_failures__gt=0).order_by("source"))
 
 
-def pipelines_overview() -> list[Pipeline]:
-    """Every pipeline with its evaluation, worst status first, then largest lag."""
-    return list(
-        Pipeline.objects.select_related("store", "store__cluster", "evaluation")
-        .order_by(F("evaluation__status").desc(nulls_last=True), F("evaluation__total_lag").desc(nulls_last=True),
-                  "topic", "group")
-    )
+def stale_sources(*, now: datetime) -> list[SourceHealth]:
+    """Sources that answer no more: their last success is older than STALE_AFTER_S while their
+    polls do not fail (e.g. the collectors stopped): the numbers shown are old."""
+    return list(SourceHealth.objects.filter(
+        consecutive_failures=0, last_success_at__lt=now - timedelta(seconds=settings.STALE_AFTER_S)
+    ).order_by("last_success_at"))
+
+
+def store_names() -> list[str]:
+    return list(Store.objects.order_by("name").values_list("name", flat=True))
+
+
+def cluster_names() -> list[str]:
+    return list(Cluster.objects.order_by("name").values_list("name", flat=True))
 
 
 def open_incidents() -> list[Incident]:

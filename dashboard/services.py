@@ -15,7 +15,7 @@ from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
 
 from collectors.readers import StoreReading
-from dashboard import selectors
+from dashboard import selectors, sparkline
 from dashboard.bulk import copy_insert
 from dashboard.models import (
     ApiToken,
@@ -226,6 +226,7 @@ def _pipelines_evaluate(
         marks_at.setdefault(topic, {})[at] = unpack_watermarks(ids, lows, highs)
 
     open_incidents = {i.pipeline_id: i for i in Incident.objects.filter(pipeline__in=pipelines, closed_at=None)}
+    sparklines = dict(PipelineEvaluation.objects.filter(pipeline__in=pipelines).values_list("pipeline", "sparkline"))
     # One job's offsets visible in two stores (same topic and group): compare them.
     twins: dict[tuple[str, str], list[Pipeline]] = {}
     for pipeline in pipelines:
@@ -252,6 +253,7 @@ def _pipelines_evaluate(
                 if evaluated.status < evaluation.Status.WARN:
                     evaluated.status = int(evaluation.Status.WARN)
                     evaluated.reasons = [r for r in evaluated.reasons if r not in ("caught up", "consuming normally")]
+        evaluated.sparkline = sparkline.push(sparklines.get(pipeline.pk) or [], now.timestamp(), evaluated.total_lag or 0)
         evaluations.append(evaluated)
         change = _incident_change(pipeline, evaluated, open_incidents.get(pipeline.pk), now)
         if change is not None:

@@ -14,6 +14,7 @@ from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET
 
 from dashboard import charts, metrics, selectors
+from dashboard.forms import OverviewFilterForm
 from dashboard.models import Pipeline
 from dashboard.roles import VIEWER, role_required
 
@@ -33,21 +34,27 @@ def _range_key(request) -> str:
 @require_GET
 @role_required(VIEWER)
 def overview(request):
-    return render(request, "dashboard/overview.html", _overview_context())
+    return render(request, "dashboard/overview.html", _overview_context(request))
 
 
 @require_GET
 @role_required(VIEWER)
 def overview_live(request):
-    return render(request, "dashboard/partials/overview_table.html", _overview_context())
+    return render(request, "dashboard/partials/overview_table.html", _overview_context(request))
 
 
-def _overview_context() -> dict:
+def _overview_context(request) -> dict:
+    form = OverviewFilterForm(request.GET or None, stores=selectors.store_names(), clusters=selectors.cluster_names())
+    filters = form.filters()
+    now = timezone.now()
     return {
-        "pipelines": selectors.pipelines_overview(),
+        "form": form,
+        "filtered": any(v is not None for v in filters.values()),
+        "pipelines": selectors.pipelines_filtered(**filters),
         "incidents": selectors.open_incidents(),
         "unreachable": selectors.unreachable_sources(),
-        "now": timezone.now(),
+        "stale": selectors.stale_sources(now=now),
+        "now": now,
     }
 
 

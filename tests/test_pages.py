@@ -57,7 +57,7 @@ def test_overview_lists_pipelines_with_total_lag(client, alice, stack, unique_na
     save(s, "g", 1_700_000_000_000, {0: 2})
     collect_once()
     html = client.get(reverse("overview")).content.decode()
-    row = re.search(rf'<tr data-pipeline="\d+">((?:(?!</tr>).)*{s.topic}.*?)</tr>', html, re.S).group(1)
+    row = re.search(rf'<tr data-pipeline="\d+"[^>]*>((?:(?!</tr>).)*{s.topic}.*?)</tr>', html, re.S).group(1)
     assert '<td class="num total-lag">3</td>' in row
     assert ">STOPPED</span>" not in row and "p0: 3" in row
 

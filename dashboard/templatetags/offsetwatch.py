@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from django import template
 
+from dashboard import sparkline
 from streamoffsets.evaluation import Status, human_duration
 
 register = template.Library()
@@ -30,3 +31,19 @@ def age_ms(epoch_ms, now) -> str:
     if epoch_ms is None:
         return "—"
     return duration(max(0.0, now.timestamp() - epoch_ms / 1000))
+
+
+@register.filter
+def age(when, now) -> str:
+    """How long before `now` a datetime was."""
+    return "—" if when is None else duration(max(0.0, (now - when).total_seconds()))
+
+
+@register.filter
+def sparkline_points(points) -> str:
+    return sparkline.svg_points(points or [])
+
+
+@register.filter
+def sparkline_max(points):
+    return max((p[1] for p in points or []), default=None)

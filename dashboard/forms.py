@@ -1,0 +1,41 @@
+"""Forms: every value a person types or picks is validated here before a selector sees it."""
+from __future__ import annotations
+
+from django import forms
+
+from streamoffsets.evaluation import Status
+
+
+class OverviewFilterForm(forms.Form):
+    """The overview's filters; an invalid value is shown next to its field, never a 500."""
+
+    status = forms.MultipleChoiceField(
+        required=False, choices=[(s.name, s.name) for s in sorted(Status, reverse=True)],
+        widget=forms.CheckboxSelectMultiple,
+    )
+    store = forms.ChoiceField(required=False)
+    cluster = forms.ChoiceField(required=False)
+    q = forms.CharField(required=False, max_length=200, strip=True, label="topic or group contains")
+
+    def __init__(self, data, *, stores: list[str], clusters: list[str]):
+        super().__init__(data)
+        self.fields["store"].choices = [("", "any store")] + [(s, s) for s in stores]
+        self.fields["cluster"].choices = [("", "any cluster")] + [(c, c) for c in clusters]
+
+    def clean_q(self) -> str:
+        q = self.cleaned_data["q"]
+        if "\x00" in q:
+            raise forms.ValidationError("the text contains a NUL character")
+        return q
+
+    def filters(self) -> dict:
+        """Keyword arguments for selectors.pipelines_filtered (no filter where the form is invalid)."""
+        if not self.is_valid():
+            return {}
+        data = self.cleaned_data
+        return {
+            "statuses": [int(Status[name]) for name in data["status"]] or None,
+            "store": data["store"] or None,
+            "cluster": data["cluster"] or None,
+            "q": data["q"] or None,
+        }
