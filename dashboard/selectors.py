@@ -118,6 +118,8 @@ class BatchRow:
     records: int | None
     batch_id: int | None
     committed: bool
+    # Seconds since the previous (older) batch: the job's cadence, batch by batch; None for the oldest.
+    gap_s: float | None = None
 
 
 def pipeline_batches(*, pipeline: Pipeline, page: int = 1, per_page: int = 50) -> tuple[Page, list[int], list[BatchRow]]:
@@ -126,6 +128,12 @@ def pipeline_batches(*, pipeline: Pipeline, page: int = 1, per_page: int = 50) -
     page_obj = paginator.get_page(page)
     batches: list[Batch] = list(page_obj.object_list)
     partitions = sorted({int(p) for b in batches for p in b.offsets})
+    # The cadence of the page's oldest row needs the batch just before it (on the next page).
+    before = None
+    if batches:
+        before = pipeline.batches.filter(batch_time_ms__lt=batches[-1].batch_time_ms).order_by(
+            "-batch_time_ms").values_list("batch_time_ms", flat=True).first()
+    older_ms = [b.batch_time_ms for b in batches[1:]] + [before]
     rows = [
         BatchRow(
             batch_time=datetime.fromtimestamp(b.batch_time_ms / 1000, tz=dt_timezone.utc),
@@ -134,8 +142,9 @@ def pipeline_batches(*, pipeline: Pipeline, page: int = 1, per_page: int = 50) -
             records=b.records,
             batch_id=b.batch_id,
             committed=b.committed,
+            gap_s=None if prev is None else (b.batch_time_ms - prev) / 1000,
         )
-        for b in batches
+        for b, prev in zip(batches, older_ms)
     ]
     return page_obj, partitions, rows
 

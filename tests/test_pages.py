@@ -41,8 +41,8 @@ def test_pipeline_page_shows_batches_newest_first_and_lag_per_partition(client, 
     html = client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
 
     assert cells(html, "batches") == [
-        ["2023-11-14 22:14:20.000", "", "7", "9", "9"],
-        ["2023-11-14 22:13:20.000", "", "3", "4", "—"],
+        ["2023-11-14 22:14:20.000", "", "7", "9", "9", "60 s"],  # records = 4 + 5; a minute after the first
+        ["2023-11-14 22:13:20.000", "", "3", "4", "—", "—"],
     ]
     partitions = {row[0]: row for row in cells(html, "partitions")}
     assert partitions["0"][1:5] == ["7", "0", "10", "3"]  # committed, low, high, lag = high - committed
@@ -123,3 +123,16 @@ def test_collector_health_page_and_json(client, alice, stack, unique_name):
 def test_collector_json_needs_a_session(client):
     response = client.get(reverse("api_collectors"))
     assert response.status_code == 401 and "log in" in response.json()["error"]
+
+
+def test_the_cadence_of_a_page_s_oldest_batch_comes_from_the_next_page(client, alice, unique_name):
+    from tests.factories import offline_pipeline
+
+    batches = [(1_700_000_000_000 + i * 2_000 + (500 if i == 2 else 0), {0: i}) for i in range(53)]
+    p = offline_pipeline(unique_name, partitions={0: (0, 60)}, batches=batches)
+    first = cells(client.get(reverse("pipeline", args=[p.pk])).content.decode(), "batches")
+    assert len(first) == 50 and first[-1][0] == "2023-11-14 22:13:26.000"  # batches 52 ... 3 on page 1
+    assert first[-1][-1] == "1.5 s"  # batch 3 (6 s) came 1.5 s after batch 2 (4.5 s), which is on page 2
+    assert first[0][-1] == "2 s"
+    last = cells(client.get(reverse("pipeline", args=[p.pk]), {"page": 2}).content.decode(), "batches")
+    assert [row[-1] for row in last] == ["2.5 s", "2 s", "—"]
