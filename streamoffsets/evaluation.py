@@ -239,12 +239,13 @@ def evaluate_status(
         threshold = max(min_stale_s, stop_after_intervals * interval_s) if interval_s else min_stale_s
         silent = now_s - latest.last_batch_s
         if silent > threshold:
+            # The cadence is named only when known (one batch alone has none).
+            expected = f" (expected one every {human_duration(interval_s)})" if interval_s else ""
             if lag_now > 0:
-                flag(Status.ERR, f"stopped with {lag_now:,} messages waiting: no batch for {silent:,.0f} s "
-                                 f"(expected one every {interval_s or 0:,.0f} s)")
+                flag(Status.ERR, f"stopped with {lag_now:,} messages waiting: no batch for "
+                                 f"{human_duration(silent)}{expected}")
             else:
-                flag(Status.STOPPED, f"no batch for {silent:,.0f} s (expected one every {interval_s or 0:,.0f} s); "
-                                     "nothing is waiting")
+                flag(Status.STOPPED, f"no batch for {human_duration(silent)}{expected}; nothing is waiting")
         elif len(ordered) >= 2 and lag_now > 0:
             # The stretch at the end of the window where no offset moved: stalled when it is long
             # enough (stall_after_intervals batch intervals) and batches kept coming during it.

@@ -230,3 +230,12 @@ def test_pipeline_lag_seconds(partitions, seconds, method):
     result = evaluation.pipeline_lag_seconds(partitions)
     assert result.seconds == seconds
     assert result.method.startswith(method)
+
+
+def test_a_stop_is_said_in_human_durations_and_names_the_cadence_only_when_known():
+    window = [s(NOW - 10, [30], [40], NOW - 14_400), s(NOW, [30], [40], NOW - 14_400)]
+    parts = evaluation.evaluate_partitions({0: 30}, {0: (0, 40)})
+    known = evaluation.evaluate_status(window, parts, 10.0, NOW)
+    assert "stopped with 10 messages waiting: no batch for 4 h (expected one every 10 s)" in known.reasons
+    unknown = evaluation.evaluate_status(window, parts, None, NOW)
+    assert "stopped with 10 messages waiting: no batch for 4 h" in unknown.reasons  # not "every 0 s"
