@@ -1,0 +1,167 @@
+"""Server time of the dashboard's pages on a platform-sized history, and the chart payload.
+
+Builds, in its own PostgreSQL database: one pipeline with 64 partitions and 30 days of history at
+one batch per minute (43,200 batches, ~2.8 million offset values), its lag and watermark samples
+shaped as the retention policy keeps them (10 s for a day, per minute for a week, per hour to 30
+days), and 1,000 more pipelines with evaluations for the overview. Then times each page in
+process (Django's test client: middleware, views, queries, templates; no network), N requests
+each, and an empty Django view in the same run as the floor.
+
+Run: .venv/bin/python bench/pages.py [--requests 40] (needs PostgreSQL on 127.0.0.1:5432)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DB = "offsetwatch_bench_pages"
+
+# An empty view beside the real ones: the floor of what any request costs here.
+urlpatterns: list = []
+
+
+def empty_view(request):
+    from django.http import HttpResponse
+
+    return HttpResponse(b"")
+
+
+def build(partitions: int, days: int, overview_pipelines: int) -> int:
+    from dashboard import services, sparkline
+    from dashboard.bulk import copy_insert
+    from dashboard.models import Batch, LagSample, Pipeline, PipelineEvaluation, Store, WatermarkSample
+    from dashboard.packing import pack, pack_partitions
+
+    rng = random.Random(3)
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    cluster = services.cluster_get_or_create(name="prod", bootstrap_servers="kafka:9092")
+    store = Store.objects.create(name="hbase-prod", kind="hbase", url="hbase://h:9090/t", cluster=cluster)
+    big = Pipeline.objects.create(store=store, topic="payments", group="ledger-writer")
+    parts = list(range(partitions))
+    ids = pack_partitions(parts)
+
+    t0 = time.perf_counter()
+    offsets = [rng.randint(10**8, 10**9) for _ in parts]
+    batches = []
+    minutes = days * 24 * 60
+    for i in range(minutes):
+        offsets = [o + rng.randint(500, 1500) for o in offsets]
+        at = now - timedelta(minutes=minutes - i)
+        batches.append(Batch(pipeline=big, batch_time_ms=int(at.timestamp() * 1000),
+                             offsets={str(p): o for p, o in zip(parts, offsets)}, records=partitions * 1000))
+    copy_insert(Batch, batches)
+    big.last_batch_ms = batches[-1].batch_time_ms
+    big.recent_batch_ms = [b.batch_time_ms for b in batches[-Pipeline.RECENT_BATCHES:]]
+    big.save()
+
+    # Sample times as prune leaves them: hourly beyond a week, per minute within it, 10 s for a day.
+    times = [now - timedelta(hours=h) for h in range(days * 24, 7 * 24, -1)]
+    times += [now - timedelta(minutes=m) for m in range(7 * 24 * 60, 24 * 60, -1)]
+    times += [now - timedelta(seconds=s) for s in range(24 * 3600, 0, -10)]
+    committed = [rng.randint(10**8, 10**9) for _ in parts]
+    lag_rows, wm_rows = [], []
+    for at in times:
+        highs = [c + rng.randint(0, 5000) + (200_000 if rng.random() < 0.001 else 0) for c in committed]
+        lag_rows.append(LagSample(pipeline=big, sampled_at=at, total_lag=sum(h - c for h, c in zip(highs, committed)),
+                                  partitions=ids, committed=pack(committed), last_batch_ms=big.last_batch_ms))
+        wm_rows.append(WatermarkSample(cluster=cluster, topic="payments", sampled_at=at, partitions=ids,
+                                       lows=pack([0] * partitions), highs=pack(highs)))
+        committed = [c + rng.randint(0, 300) for c in committed]
+    copy_insert(LagSample, lag_rows)
+    copy_insert(WatermarkSample, wm_rows)
+
+    others = Pipeline.objects.bulk_create([
+        Pipeline(store=store, topic=f"topic-{i:04d}", group=f"job-{i % 37}", last_batch_ms=big.last_batch_ms)
+        for i in range(overview_pipelines)
+    ])
+    spark: list = []
+    for m in range(60):
+        spark = sparkline.push(spark, now.timestamp() - 3600 + m * 60, rng.randint(0, 10_000))
+    evaluations = []
+    for p in [big] + others:
+        rows = [{"partition": q, "committed": 100, "low": 0, "high": 100 + q, "lag": q, "state": "lagging",
+                 "messages_lost": 0, "lag_seconds": float(q), "lag_method": "interpolated", "retention_margin": 100,
+                 "retention_seconds_left": None} for q in range(20)]
+        status = rng.choice([0, 0, 0, 0, 1, 2, 3, 5])
+        evaluations.append(PipelineEvaluation(
+            pipeline=p, evaluated_at=now, status=status, reasons=["consuming normally"], partitions=rows,
+            total_lag=sum(range(20)), lag_seconds=19.0, lag_seconds_method="interpolated", batch_interval_s=60.0,
+            retention_seconds_left=None, sparkline=spark))
+    copy_insert(PipelineEvaluation, evaluations)
+    print(f"built in {time.perf_counter() - t0:.0f} s: {len(batches):,} batches x {partitions} partitions "
+          f"({len(batches) * partitions:,} offset values), {len(lag_rows):,} lag and watermark samples, "
+          f"{len(others) + 1:,} pipelines with evaluations")
+    return big.pk
+
+
+def timed(client, url: str, n: int) -> tuple[list[float], int]:
+    client.get(url)  # warm: the first request pays template compilation and connection set-up
+    times, size = [], 0
+    for _ in range(n):
+        t = time.perf_counter()
+        response = client.get(url)
+        times.append((time.perf_counter() - t) * 1000)
+        assert response.status_code == 200, (url, response.status_code)
+        size = len(response.content)
+    return times, size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--partitions", type=int, default=64)
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--overview-pipelines", type=int, default=1000)
+    args = parser.parse_args()
+    subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"DROP DATABASE IF EXISTS {DB}"], check=True)
+    subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"CREATE DATABASE {DB}"], check=True)
+    os.environ["DATABASE_URL"] = f"postgres://postgres:postgres@127.0.0.1:5432/{DB}"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "dashboard.settings"
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.test import Client
+    from django.test.utils import override_settings, setup_test_environment
+    from django.urls import include, path, reverse
+
+    from dashboard.roles import VIEWER
+    from tests.factories import person
+
+    call_command("migrate", verbosity=0)
+    pipeline_id = build(args.partitions, args.days, args.overview_pipelines)
+    subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", DB, "-c", "VACUUM ANALYZE"], check=True)
+
+    urlpatterns[:] = [path("__empty__", empty_view), path("", include("dashboard.urls"))]
+    setup_test_environment()
+    with override_settings(ROOT_URLCONF=__name__, ALLOWED_HOSTS=["testserver"]):
+        client = Client()
+        client.force_login(person("bench", VIEWER))
+        pages = [
+            ("empty Django view (floor)", "/__empty__"),
+            ("overview, 1,001 pipelines", reverse("overview")),
+            ("overview live partial", reverse("overview_live")),
+            ("pipeline page", reverse("pipeline", args=[pipeline_id])),
+            ("pipeline page, oldest batches (page 864)", reverse("pipeline", args=[pipeline_id]) + "?page=864"),
+            ("pipeline live partial", reverse("pipeline_live", args=[pipeline_id])),
+        ]
+        pages += [(f"lag chart data, {key}", reverse("pipeline_lag_chart", args=[pipeline_id]) + f"?range={key}")
+                  for key in ("1h", "24h", "7d")]
+        print(f"{'page':<44} {'p50 ms':>8} {'p95 ms':>8} {'bytes':>10}")
+        for label, url in pages:
+            times, size = timed(client, url, args.requests)
+            p95 = statistics.quantiles(times, n=20)[-1]
+            print(f"{label:<44} {statistics.median(times):>8.1f} {p95:>8.1f} {size:>10,}")
+
+
+if __name__ == "__main__":
+    main()
