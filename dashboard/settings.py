@@ -170,6 +170,16 @@ RETENTION_BATCHES_S = env_float("OFFSETWATCH_RETENTION_BATCHES", 30 * 24 * 3600.
 PRUNE_INTERVAL_S = env_float("OFFSETWATCH_PRUNE_INTERVAL", 3600.0)
 KAFKA_LIST_OFFSETS_CHUNK = env_int("OFFSETWATCH_LIST_OFFSETS_CHUNK", 500)
 
+# Exports: a request streams at most EXPORT_INLINE_MAX_ROWS rows; a larger export runs as a
+# background job writing a file under EXPORT_DIR (kept EXPORT_RETENTION_S). Chart images are
+# rendered by kaleido with Chromium at CHROMIUM_PATH (empty: kaleido's own lookup, BROWSER_PATH
+# then PATH); one render may take IMAGE_TIMEOUT_S.
+EXPORT_INLINE_MAX_ROWS = env_int("OFFSETWATCH_EXPORT_INLINE_MAX_ROWS", 200_000)
+EXPORT_DIR = Path(env_str("OFFSETWATCH_EXPORT_DIR", str(RUN_DIR / "exports")))
+EXPORT_RETENTION_S = env_float("OFFSETWATCH_EXPORT_RETENTION", 7 * 24 * 3600.0)
+CHROMIUM_PATH = env_str("OFFSETWATCH_CHROMIUM_PATH", "")
+IMAGE_TIMEOUT_S = env_float("OFFSETWATCH_IMAGE_TIMEOUT", 30.0)
+
 # The local stack (python manage.py stack / demo): loopback ports and the addresses built on them.
 STACK_KAFKA_PORT = env_int("OFFSETWATCH_KAFKA_PORT", 19092)
 STACK_HBASE_PORT = env_int("OFFSETWATCH_HBASE_PORT", 19090)
