@@ -1,6 +1,7 @@
 """Writes: everything that changes the database goes through these functions."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import secrets
@@ -515,7 +516,8 @@ def export_job_run(*, job_id: int) -> ExportJob | None:
             finished_at=timezone.now())
     except Exception as exc:
         log.exception("export job %s failed", job_id)
-        partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the reason recorded is the first failure, not this one
+            partial.unlink(missing_ok=True)
         rows_of_job.update(status=ExportJob.Status.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000],
                            finished_at=timezone.now())
     job.refresh_from_db()

@@ -195,4 +195,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("OFFSETWATCH_LOG_LEVEL", "INFO")},
+    # kaleido and its browser driver log every image at INFO: kept to warnings.
+    "loggers": {name: {"level": "WARNING"} for name in ("kaleido", "choreographer", "logistro")},
 }
