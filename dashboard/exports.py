@@ -8,7 +8,9 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import os
 import re
+import shutil
 import threading
 from datetime import datetime
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -213,10 +215,26 @@ def _kaleido_ready():
         log.warning("kaleido's server thread died; starting it again")
         kaleido.stop_sync_server(silence_warnings=True)
     if not server.is_running():
-        kwargs = {"path": settings.CHROMIUM_PATH} if settings.CHROMIUM_PATH else {}
         # mathjax=False: no CDN fetch (closed networks); plotly.js comes from the plotly package.
-        kaleido.start_sync_server(n=1, timeout=settings.IMAGE_TIMEOUT_S, mathjax=False, silence_warnings=True, **kwargs)
+        kaleido.start_sync_server(n=1, timeout=settings.IMAGE_TIMEOUT_S, mathjax=False, silence_warnings=True,
+                                  path=chromium_path())
     return kaleido
+
+
+def chromium_path() -> str:
+    """The Chromium to render with, found before kaleido starts: a missing one would kill
+    kaleido's server thread and leave its callers waiting, where this says what is missing."""
+    configured = settings.CHROMIUM_PATH or os.environ.get("BROWSER_PATH", "")
+    if configured:
+        if not os.path.isfile(configured):
+            raise ImageExportFailed(f"no Chromium at {configured} (OFFSETWATCH_CHROMIUM_PATH or BROWSER_PATH)")
+        return configured
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise ImageExportFailed("no Chromium on PATH: install Debian's chromium package (scripts/setup.sh does) or set "
+                            "OFFSETWATCH_CHROMIUM_PATH")
 
 
 def render_image(fig, *, fmt: str, width: int, height: int) -> bytes:
@@ -231,7 +249,9 @@ def render_image(fig, *, fmt: str, width: int, height: int) -> bytes:
             raise ImageExportFailed(_renderer_broken)
         try:
             kaleido = _kaleido_ready()
-        except Exception as exc:  # Chromium missing or refusing to start: said, not a 500
+        except ImageExportFailed:
+            raise
+        except Exception as exc:  # kaleido refusing to start: said, not a 500
             raise ImageExportFailed(f"cannot start Chromium for kaleido: {exc}") from exc
         result: dict[str, Any] = {}
 

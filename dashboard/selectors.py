@@ -174,9 +174,10 @@ class ChartTable:
         return [None if v != v else v for v in col]  # NaN is the only value unequal to itself
 
     def rows(self) -> Iterator[tuple[float, list[int | float | None]]]:
-        columns = [self.values(i) for i in range(len(self.columns))]
+        """(time, values) row by row, read from the arrays as it goes (an export streams them)."""
+        kinds = [(col, col.typecode == "q") for col in self.columns]
         for i, t in enumerate(self.times):
-            yield t, [col[i] for col in columns]
+            yield t, [None if (col[i] == MISSING if ints else col[i] != col[i]) else col[i] for col, ints in kinds]
 
 
 def _lag_rows(pipeline: Pipeline, since: datetime, until: datetime):

@@ -194,7 +194,8 @@ def pipeline_chart_data(request, pipeline_id: int, fmt: str):
         return _bad_param(exc)
     r = chart_params.range
     rows = selectors.lag_sample_count(pipeline=pipeline, since=r.since, until=r.until)
-    if fmt == "csv" and max_points is None and rows > settings.EXPORT_INLINE_MAX_ROWS:
+    # Too many rows for a request: the background job writes the CSV (JSON: ask with max_points).
+    if max_points is None and rows > settings.EXPORT_INLINE_MAX_ROWS:
         return _too_large(request, pipeline=pipeline, kind=ExportJob.Kind.CHART_CSV, rows=rows,
                           query=chart_params.query())
     chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz)

@@ -323,3 +323,17 @@ def exports_range_all():
     from dashboard.params import TimeRange
 
     return TimeRange(None, timezone.now(), "all")
+
+
+def test_a_missing_chromium_is_named_before_kaleido_starts(settings):
+    settings.CHROMIUM_PATH = "/nonexistent/chromium"
+    with pytest.raises(exports.ImageExportFailed, match="no Chromium at /nonexistent/chromium"):
+        exports.chromium_path()
+
+
+def test_chart_data_over_the_inline_limit_is_refused_unless_downsampled(client, alice, settings, charted):
+    settings.EXPORT_INLINE_MAX_ROWS = 10
+    url = reverse("pipeline_chart_json", args=[charted.pk])
+    assert client.get(url, {"range": "1h"}).status_code == 413
+    assert client.get(reverse("pipeline_chart_csv", args=[charted.pk]), {"range": "1h"}).status_code == 413
+    assert client.get(url, {"range": "1h", "max_points": "8"}).status_code == 200
