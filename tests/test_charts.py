@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth.models import User
@@ -19,7 +20,7 @@ from streamoffsets.evaluation import Status, lag_seconds, lag_seconds_series
 from tests.factories import pipeline_row, samples_bulk
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
-UTC = __import__("zoneinfo").ZoneInfo("UTC")
+UTC = ZoneInfo("UTC")
 
 
 @pytest.fixture
@@ -123,7 +124,7 @@ def test_title_names_pipeline_store_range_and_time_zone_and_escapes_tags(setting
     p = pipeline_row("title", topic="orders", group="<b>billing</b>", store_name="local-hbase")
     r = TimeRange(T0, T0 + timedelta(hours=2), None)
     chart = charts.pipeline_chart(pipeline=p, params=ChartParams("partitions", "seconds", r),
-                                  tz=__import__("zoneinfo").ZoneInfo("Europe/Paris"))
+                                  tz=ZoneInfo("Europe/Paris"))
     assert chart.title == ("Lag in seconds per partition: orders / <b>billing</b> (store local-hbase), "
                            "2026-11-01 01:00 to 2026-11-01 03:00, Europe/Paris")
     fig = charts.chart_figure(table=chart.table, markers=[], title=chart.title, tz=UTC)
@@ -131,7 +132,7 @@ def test_title_names_pipeline_store_range_and_time_zone_and_escapes_tags(setting
 
 
 def test_wall_clock_ms_shifts_by_the_offset_of_each_instant_dst_included():
-    paris = __import__("zoneinfo").ZoneInfo("Europe/Paris")
+    paris = ZoneInfo("Europe/Paris")
     summer = datetime(2026, 7, 1, 12, tzinfo=timezone.utc).timestamp()
     winter = datetime(2026, 12, 1, 12, tzinfo=timezone.utc).timestamp()
     assert charts.wall_clock_ms(summer, paris) == (summer + 7200) * 1000
