@@ -9,7 +9,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 
 app = Celery("offsetwatch")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["collectors"])
+app.autodiscover_tasks(["collectors", "dashboard"])
 
 
 @app.on_after_configure.connect

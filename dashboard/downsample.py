@@ -1,87 +1,86 @@
-"""Downsampling of (x, y) series for charts and the API: pure functions, no Django.
+"""Reduce a long series to a few points for a chart without losing what matters (pure, no I/O).
 
-Both keep the first and the last point and return at most `max_points` points, in x order, as
-the same (x, y) tuples they were given. Points must be sorted by x. A series already short
-enough is returned unchanged (as a new list).
+Points are (x, y) pairs sorted by x; x is a number or a datetime, y a number. Both functions
+return the input unchanged (as a new list) when it already fits, always keep the first and the
+last point, and never return more than `max_points` points.
 
-- `minmax_buckets`: the interior is cut into equal-count buckets; each bucket gives its minimum
-  and its maximum. Every spike and every dip survives by construction, which is what an on-call
-  engineer looks for in a lag series.
-- `lttb`: Largest-Triangle-Three-Buckets (Steinarsson, 2013): one point per bucket, the one
-  forming the largest triangle with the previous kept point and the next bucket's average.
-  Visually closer to the original shape at the same budget; keeps isolated spikes in practice
-  (a spike makes by far the largest triangle in its bucket), not by construction.
+- `minmax_buckets` keeps, for each of (max_points - 2) // 2 equal-count buckets, the lowest and
+  the highest point, in x order. A spike (up or down) is always kept: what on-call needs from a
+  lag chart.
+- `lttb` (Largest-Triangle-Three-Buckets, Steinarsson 2013) keeps one point per bucket, the one
+  forming the largest triangle with the previous kept point and the next bucket's average. Closer
+  to the shape of the line per point kept; a lone spike forms the largest triangle, so it survives.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from datetime import datetime
+from typing import Sequence
 
-Point = tuple[float, float]
+Point = tuple  # (x, y)
 
 
 def minmax_buckets(points: Sequence[Point], max_points: int) -> list[Point]:
-    """At most `max_points` points: first, last, and each interior bucket's min and max."""
-    if max_points < 2:
-        raise ValueError(f"max_points must be at least 2 (first and last), not {max_points}")
+    """At most `max_points` points: first, last, and each bucket's min and max (x order kept)."""
+    if max_points < 4:
+        raise ValueError(f"max_points must be at least 4 (first, last and one bucket's min and max), got {max_points}")
     n = len(points)
     if n <= max_points:
         return list(points)
     buckets = (max_points - 2) // 2
-    out: list[Point] = [points[0]]
-    interior = n - 2
+    inner = n - 2  # the first and the last point are kept as they are
+    out = [points[0]]
     for b in range(buckets):
-        # Equal-count buckets over points[1:n-1]; integer bounds so every point is in exactly one.
-        start = 1 + b * interior // buckets
-        end = 1 + (b + 1) * interior // buckets
-        if start >= end:
-            continue
-        lo_i = hi_i = start
+        start = 1 + b * inner // buckets
+        end = 1 + (b + 1) * inner // buckets
+        lo = hi = start
         lo_y = hi_y = points[start][1]
         for i in range(start + 1, end):
             y = points[i][1]
             if y < lo_y:
-                lo_i, lo_y = i, y
+                lo, lo_y = i, y
             elif y > hi_y:
-                hi_i, hi_y = i, y
-        if lo_i == hi_i:
-            out.append(points[lo_i])
+                hi, hi_y = i, y
+        if lo == hi:
+            out.append(points[lo])
         else:
-            first, second = sorted((lo_i, hi_i))
-            out.append(points[first])
-            out.append(points[second])
+            out.append(points[min(lo, hi)])
+            out.append(points[max(lo, hi)])
     out.append(points[-1])
     return out
 
 
+def _num(x) -> float:
+    return x.timestamp() if isinstance(x, datetime) else float(x)
+
+
 def lttb(points: Sequence[Point], max_points: int) -> list[Point]:
-    """Largest-Triangle-Three-Buckets: exactly `max_points` points when the series is longer."""
+    """At most `max_points` points by Largest-Triangle-Three-Buckets (first and last kept)."""
     if max_points < 3:
-        raise ValueError(f"max_points must be at least 3 for LTTB, not {max_points}")
+        raise ValueError(f"max_points must be at least 3 (first, last and one bucket), got {max_points}")
     n = len(points)
     if n <= max_points:
         return list(points)
-    out: list[Point] = [points[0]]
-    every = (n - 2) / (max_points - 2)
-    a = 0  # index of the last kept point
-    for i in range(max_points - 2):
-        start = int(i * every) + 1
-        end = min(int((i + 1) * every) + 1, n - 1)
-        # The next bucket's average (the last point for the last bucket).
-        next_start = end
-        next_end = min(int((i + 2) * every) + 1, n - 1) if i < max_points - 3 else n
-        if next_start >= next_end:
-            next_start, next_end = n - 1, n
-        count = next_end - next_start
-        avg_x = sum(points[j][0] for j in range(next_start, next_end)) / count
-        avg_y = sum(points[j][1] for j in range(next_start, next_end)) / count
-        ax, ay = points[a]
+    xs = [_num(x) for x, _ in points]  # datetimes become epoch seconds for the areas only
+    ys = [float(y) for _, y in points]
+    buckets = max_points - 2
+    inner = n - 2
+    out = [points[0]]
+    a = 0  # index of the last point kept
+    for b in range(buckets):
+        start = 1 + b * inner // buckets
+        end = 1 + (b + 1) * inner // buckets
+        # The next bucket's average; for the last bucket, the last point itself.
+        nstart, nend = (end, 1 + (b + 2) * inner // buckets) if b < buckets - 1 else (n - 1, n)
+        count = nend - nstart
+        avg_x = sum(xs[nstart:nend]) / count
+        avg_y = sum(ys[nstart:nend]) / count
+        ax, ay = xs[a], ys[a]
         best, best_area = start, -1.0
-        for j in range(start, end):
-            x, y = points[j]
+        for i in range(start, end):
             # Twice the triangle's area; the factor does not change which point wins.
-            area = abs((ax - avg_x) * (y - ay) - (ax - x) * (avg_y - ay))
+            area = abs((ax - avg_x) * (ys[i] - ay) - (ax - xs[i]) * (avg_y - ay))
             if area > best_area:
-                best, best_area = j, area
+                best, best_area = i, area
         out.append(points[best])
         a = best
     out.append(points[-1])

@@ -283,3 +283,41 @@ class StartReport(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["pipeline", "-received_at"], name="start_pipeline_time")]
+
+
+class ExportJob(models.Model):
+    """An export too large to stream in a request, written to a file by a Celery worker."""
+
+    class Kind(models.TextChoices):
+        BATCHES_CSV = "batches_csv", "per-batch history (CSV)"
+        CHART_CSV = "chart_csv", "chart data (CSV)"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        RUNNING = "running", "running"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="export_jobs")
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="export_jobs")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    # What to export, frozen when asked: {"since", "until" (ISO, UTC), "preset", "kind", "unit"}.
+    params = models.JSONField(default=dict)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    rows_done = models.BigIntegerField(default=0)
+    rows_total = models.BigIntegerField(null=True)
+    file_path = models.CharField(max_length=1000, blank=True)  # under settings.EXPORT_DIR, set when done
+    file_name = models.CharField(max_length=300, blank=True)  # the download's name
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True)
+    finished_at = models.DateTimeField(null=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["user", "-created_at"], name="export_user_time")]
+
+    @property
+    def percent(self) -> int | None:
+        if not self.rows_total:
+            return 100 if self.status == self.Status.DONE else None
+        return min(100, int(100 * self.rows_done / self.rows_total))

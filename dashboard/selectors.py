@@ -1,16 +1,24 @@
 """Reads: what the pages, the API and the collectors ask of the database."""
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
+from math import nan as NAN
+from typing import Iterator
 
 from django.conf import settings
 from django.core.paginator import Page, Paginator
+from django.db import connection
 from django.db.models import F, JSONField, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from dashboard.models import Batch, Cluster, Incident, Pipeline, PipelineEvaluation, SourceHealth, StartReport, Store, StoreProblem
+from dashboard.models import (Batch, Cluster, ExportJob, Incident, Pipeline, PipelineEvaluation, SourceHealth, StartReport, Store,
+                              StoreProblem, WatermarkSample)
+from dashboard.packing import NONE, unpack, unpack_partitions
+from dashboard.params import RANGES  # noqa: F401  (the chart's preset ranges, kept importable from here)
+from streamoffsets import evaluation
 from streamoffsets.types import PipelineKey
 
 
@@ -155,12 +163,227 @@ def pipeline_lag_series(*, pipeline: Pipeline, since: datetime) -> list[tuple[da
     )
 
 
+# --- charts -------------------------------------------------------------------------------------
+
+MISSING = -(2**63)  # "unknown" in an int64 column (a lag can be negative: high out-of-range)
+
+
+@dataclass
+class ChartTable:
+    """A chart's numbers: one row per lag sample, one column per series.
+
+    Columns are arrays ('q' for messages with MISSING for unknown, 'd' for seconds with NaN for
+    unknown), so 30 days of samples of 64 partitions take tens of MB, not hundreds.
+    """
+
+    kind: str  # "total" | "partitions"
+    unit: str  # "messages" | "seconds"
+    times: array  # epoch seconds ('d'), increasing
+    names: list[str]
+    partitions: list[int | None]  # the partition of each column (None for the total)
+    columns: list[array]
+
+    def values(self, index: int) -> list[int | float | None]:
+        col = self.columns[index]
+        if col.typecode == "q":
+            return [None if v == MISSING else v for v in col]
+        return [None if v != v else v for v in col]  # NaN is the only value unequal to itself
+
+    def rows(self) -> Iterator[tuple[float, list[int | float | None]]]:
+        """(time, values) row by row, read from the arrays as it goes (an export streams them)."""
+        kinds = [(col, col.typecode == "q") for col in self.columns]
+        for i, t in enumerate(self.times):
+            yield t, [None if (col[i] == MISSING if ints else col[i] != col[i]) else col[i] for col, ints in kinds]
+
+
+def _lag_rows(pipeline: Pipeline, since: datetime, until: datetime):
+    return (pipeline.lag_samples.filter(sampled_at__gte=since, sampled_at__lte=until).order_by("sampled_at")
+            .values_list("sampled_at", "partitions", "committed").iterator(chunk_size=2000))
+
+
+def _watermark_rows(pipeline: Pipeline, since: datetime, until: datetime):
+    # Only the high watermarks: the lows of 30 days of samples are not worth reading here.
+    return (WatermarkSample.objects.filter(cluster_id=pipeline.store.cluster_id, topic=pipeline.topic,
+                                           sampled_at__gte=since, sampled_at__lte=until)
+            .order_by("sampled_at").values_list("sampled_at", "partitions", "highs").iterator(chunk_size=2000))
+
+
+def _packed_columns(rows) -> tuple[array, dict[int, array]]:
+    """(times, partition -> column) from rows of (time, packed partitions, packed values);
+    packing.NONE where a row lacks a partition (e.g. before the topic grew)."""
+    times = array("d")
+    columns: dict[int, array] = {}
+    for n, (at, parts, packed) in enumerate(rows):
+        times.append(at.timestamp())
+        values = unpack(packed)
+        ids = unpack_partitions(parts, len(values))
+        for p, v in zip(ids, values):
+            col = columns.get(p)
+            if col is None:
+                col = columns[p] = array("q", [NONE]) * n
+            col.append(NONE if v is None else v)
+        if len(ids) != len(columns):
+            for col in columns.values():
+                if len(col) == n:
+                    col.append(NONE)
+    return times, columns
+
+
+def pipeline_chart_table(*, pipeline: Pipeline, kind: str, unit: str, since: datetime, until: datetime) -> ChartTable:
+    """The chart of a pipeline over [since, until]: total or per-partition lag, in messages or
+    seconds, at each stored lag sample (full resolution: the chart downsamples, exports may not)."""
+    if kind == "total" and unit == "messages":
+        times, total = array("d"), array("q")
+        for at, lag in (pipeline.lag_samples.filter(sampled_at__gte=since, sampled_at__lte=until)
+                        .order_by("sampled_at").values_list("sampled_at", "total_lag").iterator(chunk_size=5000)):
+            times.append(at.timestamp())
+            total.append(lag)
+        return ChartTable(kind, unit, times, ["total lag"], [None], [total])
+
+    times, committed = _packed_columns(_lag_rows(pipeline, since, until))
+    # Lag in seconds needs the watermark history before the range too: as far back as the
+    # evaluation looks, so the chart's newest point agrees with the pipeline page's number.
+    lookback = timedelta(seconds=settings.LAG_SECONDS_LOOKBACK_S)
+    wm_times, highs = _packed_columns(_watermark_rows(pipeline, since - lookback, until))
+    partitions = sorted(committed)
+    columns: list[array] = []
+    if unit == "messages":
+        # Each lag sample against the newest watermark sample at or before it: the one of the
+        # same cycle, unless pruning kept different samples of a minute or hour for the two.
+        at_wm = array("q")
+        k = -1
+        for t in times:
+            while k + 1 < len(wm_times) and wm_times[k + 1] <= t:
+                k += 1
+            at_wm.append(k)
+        for p in partitions:
+            c_col, h_col, col = committed[p], highs.get(p), array("q")
+            for i, k in enumerate(at_wm):
+                c, h = c_col[i], (h_col[k] if h_col is not None and k >= 0 else NONE)
+                col.append(MISSING if c == NONE or h == NONE else h - c)
+            columns.append(col)
+    else:
+        for p in partitions:
+            h_col = highs.get(p, ())
+            high_samples = [(t, h) for t, h in zip(wm_times, h_col) if h != NONE]
+            committed_samples = [(t, None if c == NONE else c) for t, c in zip(times, committed[p])]
+            seconds = evaluation.lag_seconds_series(committed_samples, high_samples)
+            columns.append(array("d", (NAN if s is None else round(s, 1) for s in seconds)))
+        if kind == "total":
+            # The pipeline's lag in seconds is its most-behind partition's.
+            total = array("d")
+            for row in zip(*columns):
+                known = [s for s in row if s == s]
+                total.append(max(known) if known else NAN)
+            return ChartTable(kind, unit, times, ["lag (max over partitions)"], [None], [total])
+    return ChartTable(kind, unit, times, [f"partition {p}" for p in partitions], list(partitions), columns)
+
+
+def lag_sample_count(*, pipeline: Pipeline, since: datetime, until: datetime) -> int:
+    """The rows of the pipeline's chart data over [since, until]."""
+    return pipeline.lag_samples.filter(sampled_at__gte=since, sampled_at__lte=until).count()
+
+
+@dataclass(frozen=True)
+class Marker:
+    """An event drawn on a chart's time axis."""
+
+    at: datetime
+    kind: str  # "incident opened" | "incident closed" | "restart" | "rewind"
+    label: str
+
+
+def _incident_markers(*, pipeline: Pipeline, since: datetime, until: datetime) -> list[Marker]:
+    markers = []
+    for i in pipeline.incidents.filter(Q(opened_at__range=(since, until)) | Q(closed_at__range=(since, until))):
+        why = "; ".join(i.reasons[:2]) if i.reasons else ""
+        if since <= i.opened_at <= until:
+            markers.append(Marker(i.opened_at, "incident opened", f"{i.worst_status_name}: {why}"[:300]))
+        if i.closed_at and since <= i.closed_at <= until:
+            markers.append(Marker(i.closed_at, "incident closed", f"{i.worst_status_name} incident closed"))
+    return markers
+
+
+def _restart_markers(*, pipeline: Pipeline, since: datetime, until: datetime) -> list[Marker]:
+    markers = []
+    for r in pipeline.start_reports.filter(received_at__range=(since, until)):
+        decisions = r.report.get("decisions") if isinstance(r.report, dict) else None
+        what = "first start" if r.first_start else "job restarted"
+        if r.messages_lost:
+            what += f", {r.messages_lost:,} messages lost to clamping"
+        detail = "; ".join(str(d) for d in decisions[:2]) if decisions else "resumed from the stored offsets"
+        markers.append(Marker(r.received_at, "restart", f"{what}: {detail}"[:300]))
+    return markers
+
+
+def _rewind_markers(*, pipeline: Pipeline, since: datetime, until: datetime) -> list[Marker]:
+    """Rewinds of the pipeline's offsets. Empty until the rewind workflow exists: its
+    RewindRequest adds one Marker(kind="rewind") per executed request here (when it was
+    applied, with who asked and to which offsets), and every chart shows them."""
+    return []
+
+
+# Each source of markers: a function (pipeline, since, until) -> list[Marker]. A new kind of event
+# is one more function here.
+MARKER_SOURCES = (_incident_markers, _restart_markers, _rewind_markers)
+
+
+def chart_markers(*, pipeline: Pipeline, since: datetime, until: datetime) -> list[Marker]:
+    """Every event of the pipeline within [since, until], in time order."""
+    markers = [m for source in MARKER_SOURCES for m in source(pipeline=pipeline, since=since, until=until)]
+    return sorted(markers, key=lambda m: m.at)
+
+
+# --- batch history exports ----------------------------------------------------------------------
+
+
+def _batches_in(pipeline: Pipeline, since_ms: int | None, until_ms: int):
+    qs = pipeline.batches.filter(batch_time_ms__lte=until_ms)
+    return qs if since_ms is None else qs.filter(batch_time_ms__gte=since_ms)
+
+
+def batch_export_count(*, pipeline: Pipeline, since_ms: int | None, until_ms: int) -> int:
+    return _batches_in(pipeline, since_ms, until_ms).count()
+
+
+def batch_export_partitions(*, pipeline: Pipeline, since_ms: int | None, until_ms: int) -> list[int]:
+    """Every partition of any batch in the range (a CSV's columns are known before its rows):
+    asked of the database, so the offsets of 30 days of batches are not read twice."""
+    table = Batch._meta.db_table
+    keys = ("SELECT DISTINCT jsonb_object_keys(offsets) FROM {t} WHERE pipeline_id = %s AND batch_time_ms <= %s"
+            if connection.vendor == "postgresql" else
+            "SELECT DISTINCT j.key FROM {t}, json_each({t}.offsets) AS j WHERE pipeline_id = %s AND batch_time_ms <= %s")
+    sql, args = keys.format(t=table), [pipeline.pk, until_ms]
+    if since_ms is not None:
+        sql, args = sql + " AND batch_time_ms >= %s", args + [since_ms]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, args)
+        return sorted(int(key) for (key,) in cursor.fetchall())
+
+
+def export_jobs(*, user, limit: int = 50) -> list[ExportJob]:
+    """A user's background exports, newest first."""
+    return list(ExportJob.objects.filter(user=user).select_related("pipeline").order_by("-created_at")[:limit])
+
+
+def export_job_done(*, user, job_id: int) -> ExportJob | None:
+    """One of the user's finished exports (None for another user's, or one not done)."""
+    return ExportJob.objects.filter(pk=job_id, user=user, status=ExportJob.Status.DONE).first()
+
+
+def batch_export_rows(
+    *, pipeline: Pipeline, since_ms: int | None, until_ms: int, chunk_size: int = 2000
+) -> Iterator[tuple[int, int | None, bool, int | None, dict[str, int]]]:
+    """(batch_time_ms, batch_id, committed, records, offsets) oldest first, read in chunks (a
+    server-side cursor on PostgreSQL): 30 days of batches never sit in memory at once."""
+    return (_batches_in(pipeline, since_ms, until_ms).order_by("batch_time_ms")
+            .values_list("batch_time_ms", "batch_id", "committed", "records", "offsets")
+            .iterator(chunk_size=chunk_size))
+
+
 def store_problems(*, store: Store, limit: int = 20) -> list[StoreProblem]:
     return list(store.problems.order_by("-last_seen_at")[:limit])
 
-
-RANGES = {"15m": timedelta(minutes=15), "1h": timedelta(hours=1), "6h": timedelta(hours=6),
-          "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 
 
 # --- JSON API and /metrics -----------------------------------------------------------------------

@@ -186,6 +186,16 @@ METRICS_INCLUDE = env_list("OFFSETWATCH_METRICS_INCLUDE")
 METRICS_EXCLUDE = env_list("OFFSETWATCH_METRICS_EXCLUDE")
 METRICS_PER_PARTITION = env_bool("OFFSETWATCH_METRICS_PER_PARTITION", False)
 
+# Exports: a request streams at most EXPORT_INLINE_MAX_ROWS rows; a larger export runs as a
+# background job writing a file under EXPORT_DIR (kept EXPORT_RETENTION_S). Chart images are
+# rendered by kaleido with Chromium at CHROMIUM_PATH (empty: kaleido's own lookup, BROWSER_PATH
+# then PATH); one render may take IMAGE_TIMEOUT_S.
+EXPORT_INLINE_MAX_ROWS = env_int("OFFSETWATCH_EXPORT_INLINE_MAX_ROWS", 200_000)
+EXPORT_DIR = Path(env_str("OFFSETWATCH_EXPORT_DIR", str(RUN_DIR / "exports")))
+EXPORT_RETENTION_S = env_float("OFFSETWATCH_EXPORT_RETENTION", 7 * 24 * 3600.0)
+CHROMIUM_PATH = env_str("OFFSETWATCH_CHROMIUM_PATH", "")
+IMAGE_TIMEOUT_S = env_float("OFFSETWATCH_IMAGE_TIMEOUT", 30.0)
+
 # The local stack (python manage.py stack / demo): loopback ports and the addresses built on them.
 STACK_KAFKA_PORT = env_int("OFFSETWATCH_KAFKA_PORT", 19092)
 STACK_HBASE_PORT = env_int("OFFSETWATCH_HBASE_PORT", 19090)
@@ -201,4 +211,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("OFFSETWATCH_LOG_LEVEL", "INFO")},
+    # kaleido and its browser driver log every image at INFO: kept to warnings.
+    "loggers": {name: {"level": "WARNING"} for name in ("kaleido", "choreographer", "logistro")},
 }

@@ -3,19 +3,21 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from urllib.parse import urlencode
 
 import plotly
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection
-from django.http import Http404, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.http import FileResponse, Http404, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import cache_control
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import charts, metrics, selectors
+from dashboard import charts, exports, metrics, params, selectors, services
 from dashboard.forms import OverviewFilterForm
-from dashboard.models import Pipeline
+from dashboard.models import ExportJob, Pipeline
 from dashboard.roles import VIEWER, role_required
 
 
@@ -26,9 +28,8 @@ def _pipeline_or_404(pipeline_id: int) -> Pipeline:
         raise Http404(f"no pipeline with id {pipeline_id}") from None
 
 
-def _range_key(request) -> str:
-    key = request.GET.get("range", "1h")
-    return key if key in selectors.RANGES else "1h"
+def _bad_param(exc: params.BadParam) -> HttpResponse:
+    return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
 
 
 @require_GET
@@ -59,6 +60,8 @@ def _overview_context(request) -> dict:
 
 
 def _pipeline_context(request, pipeline: Pipeline) -> dict:
+    """The page's context; raises BadParam for bad chart parameters."""
+    chart = params.parse_chart_params(request.GET, now=timezone.now())
     page_obj, batch_partitions, batch_rows = selectors.pipeline_batches(
         pipeline=pipeline, page=request.GET.get("page", 1)
     )
@@ -72,8 +75,14 @@ def _pipeline_context(request, pipeline: Pipeline) -> dict:
         "batch_partitions": batch_partitions,
         "batch_rows": batch_rows,
         "problems": selectors.store_problems(store=pipeline.store),
-        "range_key": _range_key(request),
-        "ranges": list(selectors.RANGES),
+        "chart": chart,
+        # The chart's parameters as a query string: the chart, export and page links keep them.
+        "chart_query": urlencode(chart.query()),
+        "range_query": urlencode(chart.range.query()),
+        "ranges": list(params.RANGES),
+        "kinds": params.KINDS,
+        "units": params.UNITS,
+        "time_zone": settings.TIME_ZONE,
     }
 
 
@@ -81,14 +90,22 @@ def _pipeline_context(request, pipeline: Pipeline) -> dict:
 @role_required(VIEWER)
 def pipeline_detail(request, pipeline_id: int):
     pipeline = _pipeline_or_404(pipeline_id)
-    return render(request, "dashboard/pipeline.html", _pipeline_context(request, pipeline))
+    try:
+        context = _pipeline_context(request, pipeline)
+    except params.BadParam as exc:
+        return _bad_param(exc)
+    return render(request, "dashboard/pipeline.html", context)
 
 
 @require_GET
 @role_required(VIEWER)
 def pipeline_live(request, pipeline_id: int):
     pipeline = _pipeline_or_404(pipeline_id)
-    return render(request, "dashboard/partials/pipeline_live.html", _pipeline_context(request, pipeline))
+    try:
+        context = _pipeline_context(request, pipeline)
+    except params.BadParam as exc:
+        return _bad_param(exc)
+    return render(request, "dashboard/partials/pipeline_live.html", context)
 
 
 @require_GET
@@ -102,14 +119,173 @@ def pipeline_status(request, pipeline_id: int):
     })
 
 
+# --- charts and exports -------------------------------------------------------------------------
+
+
+def _attachment(response, filename: str):
+    # download_name() keeps file names to [A-Za-z0-9._-]: nothing to quote or inject in a header.
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _chart_request(request, pipeline_id: int):
+    """(pipeline, chart parameters, time zone) of a chart or chart-export request."""
+    pipeline = _pipeline_or_404(pipeline_id)
+    return pipeline, params.parse_chart_params(request.GET, now=timezone.now()), params.time_zone()
+
+
+def _too_large(request, *, pipeline: Pipeline, kind: str, rows: int, query: dict) -> HttpResponse:
+    """A page offering the export as a background job (413: scripts do not save it as CSV)."""
+    return render(request, "dashboard/export_too_large.html", {
+        "pipeline": pipeline, "kind": kind, "kind_label": ExportJob.Kind(kind).label, "rows": rows,
+        "limit": settings.EXPORT_INLINE_MAX_ROWS, "fields": sorted(query.items()),
+    }, status=413)
+
+
 @require_GET
 @role_required(VIEWER)
 def pipeline_lag_chart(request, pipeline_id: int):
+    """The chart shown on the pipeline page: a plotly figure, every series downsampled."""
+    try:
+        pipeline, chart_params, tz = _chart_request(request, pipeline_id)
+    except params.BadParam as exc:
+        return _bad_param(exc)
+    # The page redraws its chart at every poll (5 s). A figure ~1,000 px wide over a range moves
+    # by one pixel every span/1000: kept that long (at most 5 min), a 30-day chart of 64
+    # partitions (seconds to compute) is computed every 5 min, a 1-hour chart at every poll.
+    r = chart_params.range
+    key = f"lag-chart:{pipeline.pk}:{tz.key}:{urlencode(chart_params.query())}"
+    ttl = min(300.0, (r.until - r.since).total_seconds() / 1000)
+    body = cache.get(key) if ttl >= 5 else None
+    if body is None:
+        chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz)
+        body = charts.chart_figure(table=chart.table, markers=chart.markers, title=chart.title, tz=tz).to_json()
+        if ttl >= 5:
+            cache.set(key, body, ttl)
+    return HttpResponse(body, content_type="application/json")
+
+
+@require_GET
+@role_required(VIEWER)
+def pipeline_chart_image(request, pipeline_id: int, fmt: str):
+    """The chart as PNG or SVG, rendered by kaleido with Chromium, as a download."""
+    try:
+        pipeline, chart_params, tz = _chart_request(request, pipeline_id)
+        width = params.parse_int(request.GET, "width", default=1200, low=300, high=4000)
+        height = params.parse_int(request.GET, "height", default=500, low=200, high=3000)
+    except params.BadParam as exc:
+        return _bad_param(exc)
+    chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz)
+    fig = charts.chart_figure(table=chart.table, markers=chart.markers, title=chart.title, tz=tz)
+    fig.update_layout(height=height, width=width)
+    try:
+        image = exports.render_image(fig, fmt=fmt, width=width, height=height)
+    except exports.ImageExportFailed as exc:
+        return HttpResponse(f"the chart image could not be made: {exc}", status=503,
+                            content_type="text/plain; charset=utf-8")
+    name = exports.download_name(pipeline=pipeline, what=f"{chart_params.kind}-{chart_params.unit}",
+                                 time_range=chart_params.range, ext=fmt)
+    return _attachment(HttpResponse(image, content_type=exports.IMAGE_TYPES[fmt]), name)
+
+
+@require_GET
+@role_required(VIEWER)
+def pipeline_chart_data(request, pipeline_id: int, fmt: str):
+    """The chart's series as CSV (streamed) or JSON, at full resolution unless max_points asks."""
+    try:
+        pipeline, chart_params, tz = _chart_request(request, pipeline_id)
+        max_points = params.parse_int(request.GET, "max_points", default=None, low=4, high=10_000_000)
+    except params.BadParam as exc:
+        return _bad_param(exc)
+    r = chart_params.range
+    rows = selectors.lag_sample_count(pipeline=pipeline, since=r.since, until=r.until)
+    # Too many rows for a request: the background job writes the CSV (JSON: ask with max_points).
+    if max_points is None and rows > settings.EXPORT_INLINE_MAX_ROWS:
+        return _too_large(request, pipeline=pipeline, kind=ExportJob.Kind.CHART_CSV, rows=rows,
+                          query=chart_params.query())
+    chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz)
+    table = charts.table_downsample(chart.table, max_points) if max_points else chart.table
+    name = exports.download_name(pipeline=pipeline, what=f"{chart_params.kind}-{chart_params.unit}",
+                                 time_range=r, ext=fmt)
+    if fmt == "json":
+        doc = exports.chart_json(pipeline=pipeline, table=table, markers=chart.markers, time_range=r, tz=tz,
+                                 title=chart.title, downsampled_to=max_points)
+        return _attachment(JsonResponse(doc), name)
+    header, data = exports.chart_table_rows(table, tz)
+    preamble = exports.export_preamble(pipeline=pipeline, what=chart.title, time_range=r, tz=tz, now=timezone.now())
+    return _attachment(StreamingHttpResponse(exports.csv_stream(header=header, rows=data, preamble=preamble),
+                                             content_type="text/csv; charset=utf-8"), name)
+
+
+@require_GET
+@role_required(VIEWER)
+def pipeline_batches_csv(request, pipeline_id: int):
+    """Every batch in the range (default: all retained history), streamed from a chunked cursor."""
     pipeline = _pipeline_or_404(pipeline_id)
-    key = _range_key(request)
-    series = selectors.pipeline_lag_series(pipeline=pipeline, since=timezone.now() - selectors.RANGES[key])
-    fig = charts.lag_figure(series, f"Total lag: {pipeline.topic} / {pipeline.group} (last {key}, UTC)")
-    return HttpResponse(fig.to_json(), content_type="application/json")
+    try:
+        time_range = params.parse_range(request.GET, now=timezone.now(), allow_all=True, default="all")
+    except params.BadParam as exc:
+        return _bad_param(exc)
+    since_ms, until_ms = exports.range_ms(time_range)
+    rows = selectors.batch_export_count(pipeline=pipeline, since_ms=since_ms, until_ms=until_ms)
+    if rows > settings.EXPORT_INLINE_MAX_ROWS:
+        return _too_large(request, pipeline=pipeline, kind=ExportJob.Kind.BATCHES_CSV, rows=rows,
+                          query=time_range.query())
+    tz = params.time_zone()
+    header, data = exports.batches_table(pipeline=pipeline, time_range=time_range, tz=tz)
+    preamble = exports.export_preamble(pipeline=pipeline, what="per-batch history", time_range=time_range, tz=tz,
+                                       now=timezone.now())
+    name = exports.download_name(pipeline=pipeline, what="batches", time_range=time_range, ext="csv")
+    return _attachment(StreamingHttpResponse(exports.csv_stream(header=header, rows=data, preamble=preamble),
+                                             content_type="text/csv; charset=utf-8"), name)
+
+
+@role_required(VIEWER)  # first: a stranger is sent to log in, not told which methods exist
+@require_POST
+def export_job_new(request, pipeline_id: int):
+    """Queue a background export (the form of the "too large" page or the pipeline page)."""
+    pipeline = _pipeline_or_404(pipeline_id)
+    kind = request.POST.get("export", "")
+    try:
+        if kind not in ExportJob.Kind.values:
+            raise params.BadParam("export", kind, f"is not one of {', '.join(ExportJob.Kind.values)}")
+        if kind == ExportJob.Kind.CHART_CSV:
+            chart_params = params.parse_chart_params(request.POST, now=timezone.now())
+            time_range, chart_kind, unit = chart_params.range, chart_params.kind, chart_params.unit
+        else:
+            time_range = params.parse_range(request.POST, now=timezone.now(), allow_all=True, default="all")
+            chart_kind, unit = "total", "messages"
+    except params.BadParam as exc:
+        return _bad_param(exc)
+    services.export_job_create(user=request.user, pipeline=pipeline, kind=kind, time_range=time_range,
+                               chart_kind=chart_kind, chart_unit=unit)
+    return redirect("export_jobs")
+
+
+@require_GET
+@role_required(VIEWER)
+def export_jobs(request):
+    return render(request, "dashboard/exports.html", {"jobs": selectors.export_jobs(user=request.user)})
+
+
+@require_GET
+@role_required(VIEWER)
+def export_jobs_live(request):
+    return render(request, "dashboard/partials/export_jobs.html", {"jobs": selectors.export_jobs(user=request.user)})
+
+
+@require_GET
+@role_required(VIEWER)
+def export_job_download(request, job_id: int):
+    # Someone else's export is a 404, like one that does not exist.
+    job = selectors.export_job_done(user=request.user, job_id=job_id)
+    if job is None:
+        raise Http404(f"no finished export {job_id} of yours")
+    try:
+        handle = open(job.file_path, "rb")  # noqa: SIM115 (FileResponse closes it)
+    except FileNotFoundError:
+        raise Http404(f"the file of export {job_id} is gone (exports are kept a limited time)") from None
+    return FileResponse(handle, as_attachment=True, filename=job.file_name, content_type="text/csv; charset=utf-8")
 
 
 @require_GET

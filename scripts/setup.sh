@@ -14,6 +14,7 @@ apt_packages=()
 command -v java >/dev/null || apt_packages+=(default-jre-headless)          # PySpark, ZooKeeper
 [[ -f /usr/share/java/zookeeper.jar ]] || apt_packages+=(zookeeper)          # ZooKeeper store
 command -v redis-server >/dev/null || apt_packages+=(redis-server)          # Celery broker
+command -v chromium >/dev/null || apt_packages+=(chromium)                  # chart images (kaleido)
 if [[ $want_test == 1 ]] && ! command -v pg_ctlcluster >/dev/null; then
   apt_packages+=(postgresql)
 fi

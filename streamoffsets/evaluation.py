@@ -344,6 +344,60 @@ def pipeline_lag_seconds(partitions: Sequence[tuple[int, int | None, TimeLag]]) 
     return partitions[0][2] if partitions else TimeLag(None, "unknown: no partitions")
 
 
+def lag_seconds_series(
+    committed_samples: Sequence[tuple[float, int | None]],
+    high_samples: Sequence[tuple[float, int]],
+    max_extrapolation_s: float = 3600.0,
+) -> list[float | None]:
+    """Lag in seconds of one partition at each of its samples, for charts: at each (t, c) of
+    `committed_samples` (sorted by t), the seconds of `lag_seconds(c, [high samples at or before
+    t], t)`; None where c is None or the lag is unknown.
+
+    One merge-walk over both lists, with a binary search per sample: O((n + m) log m) where
+    calling lag_seconds at every sample is O(n * m). It keeps lag_seconds' collapsed points
+    (flat stretches at their first time, reset when the watermark goes down) as it walks, and
+    applies the same rules with the same arithmetic, so the numbers are identical.
+    """
+    from bisect import bisect_right
+
+    highs = sorted(high_samples)
+    times: list[float] = []
+    values: list[int] = []  # strictly increasing after collapsing
+    j, m = 0, len(highs)
+    out: list[float | None] = []
+    for now_s, committed in committed_samples:
+        while j < m and highs[j][0] <= now_s:
+            t, h = highs[j]
+            j += 1
+            if values and h == values[-1]:
+                continue
+            if values and h < values[-1]:
+                times, values = [], []
+            times.append(t)
+            values.append(h)
+        if committed is None:
+            out.append(None)
+        elif values and committed >= values[-1]:
+            out.append(0.0)  # rule 1
+        elif len(values) < 2:
+            out.append(None)  # rule 4
+        else:
+            i = bisect_right(values, committed)
+            if i:  # rule 2: values[i - 1] <= committed < values[i]
+                t0, h0, t1, h1 = times[i - 1], values[i - 1], times[i], values[i]
+                t = t0 + (t1 - t0) * (committed - h0 + 1) / (h1 - h0)
+                out.append(max(0.0, now_s - t))
+            else:  # rule 3
+                t0, h0, t1, h1 = times[0], values[0], times[1], values[1]
+                rate = (h1 - h0) / (t1 - t0) if t1 > t0 else 0.0
+                if rate <= 0:
+                    out.append(None)
+                else:
+                    back = min(max_extrapolation_s, (h0 - committed - 1) / rate)
+                    out.append(max(0.0, now_s - (t0 - back)))
+    return out
+
+
 # --- retention risk ---------------------------------------------------------------------------
 
 

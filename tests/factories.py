@@ -86,3 +86,40 @@ def writable_store_url(kind: str, stack, tmp_path, unique_name) -> str:
         "kafka": f"kafka://{stack.kafka_bootstrap}",
         "file": f"file://{tmp_path / 'offsets'}",
     }[kind]
+
+
+def pipeline_row(name: str, *, topic: str | None = None, group: str = "billing", store_name: str | None = None):
+    """A pipeline in the database only (no server behind it): for pages and exports built from
+    bulk-created samples and batches."""
+    from dashboard.models import Pipeline
+
+    cluster = Cluster.objects.create(name=f"{name}-cluster", bootstrap_servers="127.0.0.1:9")
+    store = Store.objects.create(name=store_name or f"{name}-store", kind="hbase", url=f"hbase://127.0.0.1:9/{name}",
+                                 cluster=cluster)
+    return Pipeline.objects.create(store=store, topic=topic or f"{name}-topic", group=group)
+
+
+def samples_bulk(pipeline, *, start, step_s: float, count: int, highs, committed, batch_size: int = 2000) -> None:
+    """`count` collection cycles from `start`, every `step_s`: a WatermarkSample of the topic and a
+    LagSample of the pipeline per cycle, as the collectors write them (packed arrays);
+    `highs(i)` and `committed(i)` give cycle i's values of partitions 0..n-1."""
+    from datetime import timedelta
+
+    from dashboard.models import LagSample, WatermarkSample
+    from dashboard.packing import pack
+    from streamoffsets.evaluation import sample_lag
+
+    marks, lags = [], []
+    for i in range(count):
+        at = start + timedelta(seconds=i * step_s)
+        hs, cs = highs(i), committed(i)
+        marks.append(WatermarkSample(cluster_id=pipeline.store.cluster_id, topic=pipeline.topic, sampled_at=at,
+                                     partitions=b"", lows=pack([0] * len(hs)), highs=pack(hs)))
+        lags.append(LagSample(pipeline=pipeline, sampled_at=at, partitions=b"", committed=pack(cs),
+                              total_lag=sample_lag(dict(enumerate(cs)), dict(enumerate(hs)))))
+        if len(marks) >= batch_size:
+            WatermarkSample.objects.bulk_create(marks)
+            LagSample.objects.bulk_create(lags)
+            marks, lags = [], []
+    WatermarkSample.objects.bulk_create(marks)
+    LagSample.objects.bulk_create(lags)

@@ -140,3 +140,19 @@ def test_hostile_names_are_escaped(erin, unique_name):
         html = erin.get(url).content.decode()
         assert "<script>alert" not in html and "<img src=x" not in html, url
         assert "&lt;script&gt;alert" in html, url
+
+
+def test_a_pipeline_not_evaluated_yet_is_listed_as_unknown(erin, unique_name):
+    """Discovered by a store poll, no watermark poll yet: no evaluation row."""
+    from collectors.readers import StoreReading
+    from dashboard.models import Cluster, Store
+    from streamoffsets.types import BatchOffsets, PipelineKey
+
+    cluster = Cluster.objects.create(name=unique_name("c"), bootstrap_servers="127.0.0.1:1")
+    store = Store.objects.create(name=unique_name("s"), kind="hbase", url="hbase://127.0.0.1:1/t", cluster=cluster)
+    key = PipelineKey(unique_name("fresh"), "etl")
+    services.store_reading_record(store=store, reading=StoreReading(
+        pipelines=[key], batches={key: [BatchOffsets(key.topic, "etl", 1_700_000_000_000, {0: 1})]}))
+    response = erin.get(reverse("overview"))
+    assert response.status_code == 200
+    assert (("UNKNOWN", key.topic)) in rows(response.content.decode())

@@ -82,8 +82,13 @@ def _routes(resolver=None, prefix=""):
             yield prefix + str(entry.pattern), entry.name
 
 
+EXAMPLE_IDS = {"<int:pipeline_id>": "1", "<int:job_id>": "1"}
+
+
 def _example(route: str) -> str:
-    return "/" + route.replace("<int:pipeline_id>", "1")
+    for param, value in EXAMPLE_IDS.items():
+        route = route.replace(param, value)
+    return "/" + route
 
 
 def test_every_route_is_either_public_on_purpose_or_needs_login(client):
@@ -92,7 +97,7 @@ def test_every_route_is_either_public_on_purpose_or_needs_login(client):
     for route, name in routes:
         if name in PUBLIC:
             continue
-        assert "<" not in route.replace("<int:pipeline_id>", ""), f"{route}: add an example value for its parameter"
+        assert "<" not in _example(route), f"{route}: add an example value for its parameter to EXAMPLE_IDS"
         response = client.get(_example(route))
         if route.startswith("api/") or route == "metrics":
             assert response.status_code == 401, route

@@ -9,20 +9,25 @@ from streamoffsets.evaluation import Status, human_duration
 register = template.Library()
 
 
+def _missing(value) -> bool:
+    # A missing related object (a pipeline not evaluated yet) reaches filters as "" or None.
+    return value is None or value == ""
+
+
 @register.filter
 def status_name(value) -> str:
-    return "UNKNOWN" if value is None else Status(int(value)).name
+    return "UNKNOWN" if _missing(value) else Status(int(value)).name
 
 
 @register.filter
 def duration(seconds) -> str:
     """12 s, 4 min, 3 h, 2 d; an em dash for unknown."""
-    return "—" if seconds is None else human_duration(float(seconds))
+    return "—" if _missing(seconds) else human_duration(float(seconds))
 
 
 @register.filter
 def thousands(value) -> str:
-    return "—" if value is None else f"{int(value):,}"
+    return "—" if _missing(value) else f"{int(value):,}"
 
 
 @register.filter

@@ -65,15 +65,29 @@ def test_find_the_worst_pipeline_open_it_and_change_the_range(page, screenshot, 
     partitions = page.locator("#partitions").inner_text()
     assert "low out-of-range: 40 messages deleted before being processed" in partitions
     in_last_hour = chart_points(page)
-    assert "last 1h" in page.locator("#lag-chart .gtitle").text_content()
+    assert "last 1 h" in page.locator("#lag-chart .gtitle").text_content()
     screenshot(page, "pipeline")
 
     page.click("nav.ranges >> text=6h")
     page.wait_for_url("**range=6h")
     page.wait_for_function("document.querySelector('#lag-chart .gtitle') && "
-                           "document.querySelector('#lag-chart .gtitle').textContent.includes('last 6h')")
+                           "document.querySelector('#lag-chart .gtitle').textContent.includes('last 6 h')")
     assert chart_points(page) > in_last_hour  # four hours of samples against the last one
     screenshot(page, "pipeline-6h")
+
+    # Export the chart shown (6 h) as PNG and its data as CSV, as an incident report would.
+    with page.expect_download() as png:
+        page.click("#chart-exports >> text=PNG")
+    png_path = png.value.path()
+    data = open(png_path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    assert lost.topic in png.value.suggested_filename and png.value.suggested_filename.endswith(".png")
+    with page.expect_download() as csv_download:
+        page.click("#chart-exports >> text=CSV")
+    text = open(csv_download.value.path(), encoding="utf-8").read()
+    assert lost.topic in text and "UTC" in text
+    samples = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert len(samples) - 1 == chart_points(page)  # a header, then one line per point of the chart
 
 
 def test_pages_fit_a_phone(browser, live_server, screenshot, incident_data):

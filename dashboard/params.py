@@ -1,0 +1,138 @@
+"""Query parameters of the chart and export views, validated into plain values.
+
+Every bad value is a BadParam naming the parameter, the value and what is accepted: the views
+answer 400 with that message, never a 500.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.http import QueryDict
+
+RANGES = {
+    "15m": timedelta(minutes=15), "1h": timedelta(hours=1), "6h": timedelta(hours=6),
+    "24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30),
+}
+RANGE_LABELS = {"15m": "15 min", "1h": "1 h", "6h": "6 h", "24h": "24 h", "7d": "7 days", "30d": "30 days"}
+KINDS = ("total", "partitions")
+UNITS = ("messages", "seconds")
+DEFAULT_RANGE = "1h"
+
+
+class BadParam(ValueError):
+    def __init__(self, name: str, value: str, expected: str):
+        shown = value if len(value) <= 80 else value[:80] + "…"
+        super().__init__(f"parameter {name!r}: {shown!r} {expected}")
+        self.name = name
+
+
+def time_zone() -> ZoneInfo:
+    return ZoneInfo(settings.TIME_ZONE)
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    since: datetime | None  # None: all retained history (batch exports only)
+    until: datetime
+    preset: str | None  # "1h", ...; "all"; None for a custom from/to
+
+    @property
+    def label(self) -> str:
+        """How titles, file headers and pages say the range (in settings.TIME_ZONE)."""
+        if self.preset == "all":
+            return "all retained history"
+        if self.preset:
+            return f"last {RANGE_LABELS[self.preset]}"
+        return f"{_local(self.since)} to {_local(self.until)}"
+
+    @property
+    def slug(self) -> str:
+        """The range in a file name."""
+        if self.preset:
+            return "all" if self.preset == "all" else f"last-{self.preset}"
+        fmt = "%Y%m%dT%H%M"
+        return f"{self.since.astimezone(time_zone()):{fmt}}-{self.until.astimezone(time_zone()):{fmt}}"
+
+    def inputs(self) -> tuple[str, str]:
+        """The range's ends for datetime-local inputs (wall-clock time in settings.TIME_ZONE)."""
+        return _local(self.since, "T") if self.since else "", _local(self.until, "T")
+
+    def query(self) -> dict[str, str]:
+        """The parameters that give this range again (for links)."""
+        if self.preset:
+            return {"range": self.preset}
+        return {"from": _local(self.since, "T"), "to": _local(self.until, "T")}
+
+
+def _local(at: datetime, sep: str = " ") -> str:
+    return at.astimezone(time_zone()).isoformat(sep=sep, timespec="minutes")[:16]
+
+
+@dataclass(frozen=True)
+class ChartParams:
+    kind: str
+    unit: str
+    range: TimeRange
+
+    def query(self) -> dict[str, str]:
+        return {"kind": self.kind, "unit": self.unit, **self.range.query()}
+
+
+def _choice(query: QueryDict, name: str, choices: tuple[str, ...], default: str) -> str:
+    value = query.get(name, "") or default
+    if value not in choices:
+        raise BadParam(name, value, f"is not one of {', '.join(choices)}")
+    return value
+
+
+def _datetime(query: QueryDict, name: str) -> datetime | None:
+    raw = query.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+        if value.tzinfo is None:
+            # A datetime-local input sends wall-clock time: the dashboard's time zone.
+            value = value.replace(tzinfo=time_zone())
+        value.timestamp()  # out-of-range instants (year 1 with an offset, ...) fail here, not later
+    except (ValueError, OverflowError):
+        raise BadParam(name, raw, "is not a date-time (ISO 8601, e.g. 2026-11-22T13:00 or 2026-11-22T13:00+01:00)") from None
+    return value
+
+
+def parse_range(query: QueryDict, *, now: datetime, allow_all: bool = False, default: str = DEFAULT_RANGE) -> TimeRange:
+    """`range` (a preset, or "all" where allowed) or `from`/`to` (ISO 8601; `to` defaults to now)."""
+    since, until = _datetime(query, "from"), _datetime(query, "to")
+    if since is None and until is not None:
+        raise BadParam("from", "", "is required with 'to'")
+    if since is not None:
+        if "range" in query and query["range"]:
+            raise BadParam("range", query["range"], "cannot be combined with 'from'/'to'")
+        until = until or now
+        if since >= until:
+            raise BadParam("from", query["from"], f"must be before 'to' ({until.isoformat()})")
+        return TimeRange(since, until, None)
+    presets = (*RANGES, "all") if allow_all else tuple(RANGES)
+    key = _choice(query, "range", presets, default)
+    return TimeRange(None if key == "all" else now - RANGES[key], now, key)
+
+
+def parse_chart_params(query: QueryDict, *, now: datetime) -> ChartParams:
+    return ChartParams(
+        kind=_choice(query, "kind", KINDS, "total"),
+        unit=_choice(query, "unit", UNITS, "messages"),
+        range=parse_range(query, now=now),
+    )
+
+
+def parse_int(query: QueryDict, name: str, *, default: int | None, low: int, high: int) -> int | None:
+    raw = query.get(name, "").strip()
+    if not raw:
+        return default
+    if not re.fullmatch(r"\d{1,9}", raw) or not low <= int(raw) <= high:
+        raise BadParam(name, raw, f"is not a whole number from {low} to {high}")
+    return int(raw)
