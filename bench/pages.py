@@ -95,7 +95,8 @@ def build(partitions: int, days: int, overview_pipelines: int) -> int:
         evaluations.append(PipelineEvaluation(
             pipeline=p, evaluated_at=now, status=status, reasons=["consuming normally"], partitions=rows,
             total_lag=sum(range(20)), lag_seconds=19.0, lag_seconds_method="interpolated", batch_interval_s=60.0,
-            retention_seconds_left=None, sparkline=spark))
+            retention_seconds_left=None, sparkline=spark, sparkline_svg=sparkline.svg_points(spark),
+            sparkline_max=max(v for _, v in spark), worst_partition=19, worst_partition_lag=19))
     copy_insert(PipelineEvaluation, evaluations)
     print(f"built in {time.perf_counter() - t0:.0f} s: {len(batches):,} batches x {partitions} partitions "
           f"({len(batches) * partitions:,} offset values), {len(lag_rows):,} lag and watermark samples, "

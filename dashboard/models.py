@@ -200,18 +200,20 @@ class PipelineEvaluation(models.Model):
     # [[minute start (epoch s), largest total lag in that minute], ...] for the last hour, oldest
     # first: the overview's sparkline, carried from one evaluation to the next (dashboard.sparkline).
     sparkline = RowsJSONField(default=list)
+    # The same, drawn once when evaluated (SVG polyline points) with its largest value: the
+    # overview prints them instead of decoding and scaling a thousand series per render.
+    sparkline_svg = models.TextField(blank=True, default="")
+    sparkline_max = models.BigIntegerField(null=True)
+    # The partition with the largest lag (null when none lags): kept as columns so the overview of
+    # a thousand pipelines never decodes every evaluation's partitions.
+    worst_partition = models.IntegerField(null=True)
+    worst_partition_lag = models.BigIntegerField(null=True)
 
     @property
     def status_name(self) -> str:
         from streamoffsets.evaluation import Status
 
         return Status(self.status).name
-
-    @property
-    def worst_partition(self) -> dict | None:
-        """The partition with the largest lag (None when no lag is known)."""
-        known = [row for row in self.partitions if row.get("lag") is not None and row["lag"] > 0]
-        return max(known, key=lambda row: row["lag"], default=None)
 
 
 class Incident(models.Model):

@@ -394,7 +394,28 @@ def pipelines_filtered(
 ) -> list[Pipeline]:
     """Pipelines with their evaluation, ordered as the overview; each filter is optional:
     statuses (Status values, OR), store and cluster names (exact), q (text in topic or group)."""
-    rows = Pipeline.objects.select_related("store", "store__cluster", "evaluation")
+    rows = _pipelines_query(statuses=statuses, store=store, cluster=cluster, q=q)
+    return list(rows.select_related("store", "store__cluster", "evaluation"))
+
+
+def overview_rows(
+    *, statuses: list[int] | None = None, store: str | None = None, cluster: str | None = None, q: str | None = None
+) -> list[dict]:
+    """The overview table: the same pipelines in the same order as pipelines_filtered, as plain
+    rows of the shown columns only (a thousand model instances and their per-partition JSON cost
+    more than the page may)."""
+    rows = _pipelines_query(statuses=statuses, store=store, cluster=cluster, q=q)
+    return list(rows.values(
+        "pk", "topic", "group", "last_batch_ms", store_name=F("store__name"), status=F("evaluation__status"),
+        reasons=F("evaluation__reasons"), total_lag=F("evaluation__total_lag"),
+        lag_seconds=F("evaluation__lag_seconds"), retention_seconds_left=F("evaluation__retention_seconds_left"),
+        sparkline_svg=F("evaluation__sparkline_svg"), sparkline_max=F("evaluation__sparkline_max"), worst_partition=F("evaluation__worst_partition"),
+        worst_partition_lag=F("evaluation__worst_partition_lag"),
+    ))
+
+
+def _pipelines_query(*, statuses: list[int] | None, store: str | None, cluster: str | None, q: str | None):
+    rows = Pipeline.objects.all()
     if statuses is not None:
         rows = rows.filter(evaluation__status__in=statuses)
     if store is not None:
@@ -403,8 +424,8 @@ def pipelines_filtered(
         rows = rows.filter(store__cluster__name=cluster)
     if q:
         rows = rows.filter(Q(topic__icontains=q) | Q(group__icontains=q))
-    return list(rows.order_by(F("evaluation__status").desc(nulls_last=True),
-                              F("evaluation__total_lag").desc(nulls_last=True), "topic", "group", "pk"))
+    return rows.order_by(F("evaluation__status").desc(nulls_last=True),
+                         F("evaluation__total_lag").desc(nulls_last=True), "topic", "group", "pk")
 
 
 def pipeline_with_evaluation(*, pipeline_id: int) -> Pipeline:

@@ -261,6 +261,8 @@ def _pipelines_evaluate(
                     evaluated.status = int(evaluation.Status.WARN)
                     evaluated.reasons = [r for r in evaluated.reasons if r not in ("caught up", "consuming normally")]
         evaluated.sparkline = sparkline.push(sparklines.get(pipeline.pk) or [], now.timestamp(), evaluated.total_lag or 0)
+        evaluated.sparkline_svg = sparkline.svg_points(evaluated.sparkline)
+        evaluated.sparkline_max = max(v for _, v in evaluated.sparkline)
         evaluations.append(evaluated)
         change = _incident_change(pipeline, evaluated, open_incidents.get(pipeline.pk), now)
         if change is not None:
@@ -362,11 +364,13 @@ def _pipeline_evaluation(
                     status.reasons.append(risk.describe(e.partition))
         rows.append(row)
     pipeline_time_lag = evaluation.pipeline_lag_seconds(time_lags)
+    worst = max((e for e in partitions if e.lag is not None and e.lag > 0), key=lambda e: e.lag, default=None)
     return PipelineEvaluation(
         pipeline=pipeline, evaluated_at=now, status=int(status.status), reasons=status.reasons, partitions=rows,
         total_lag=evaluation.total_lag(partitions), lag_seconds=pipeline_time_lag.seconds,
         lag_seconds_method=pipeline_time_lag.method[:100],
         batch_interval_s=interval, retention_seconds_left=soonest_loss,
+        worst_partition=worst.partition if worst else None, worst_partition_lag=worst.lag if worst else None,
     )
 
 

@@ -29,6 +29,7 @@ def svg_points(points: list[list[float]], width: int = 120, height: int = 24) ->
     t0, t1 = points[0][0], points[-1][0]
     top = max(p[1] for p in points) or 1
     span = (t1 - t0) or 1
-    return " ".join(
-        f"{(t - t0) / span * width:.1f},{height - 1 - v / top * (height - 2):.1f}" for t, v in points
-    )
+    # Whole pixels: the line is 120 x 24 px, and integers format several times faster than
+    # floats (a thousand sparklines per overview render).
+    x_scale, y_scale = width / span, (height - 2) / top
+    return " ".join([f"{round((t - t0) * x_scale)},{round(height - 1 - v * y_scale)}" for t, v in points])

@@ -51,7 +51,7 @@ def _overview_context(request) -> dict:
     return {
         "form": form,
         "filtered": any(v is not None for v in filters.values()),
-        "pipelines": selectors.pipelines_filtered(**filters),
+        "pipelines": selectors.overview_rows(**filters),
         "incidents": selectors.open_incidents(),
         "unreachable": selectors.unreachable_sources(),
         "stale": selectors.stale_sources(now=now),

@@ -54,7 +54,7 @@ def test_sparkline_push(points, at, value, expected):
 
 def test_sparkline_svg_scales_time_and_value_into_its_box():
     line = sparkline.svg_points([[0, 0], [60, 10], [120, 5]], width=120, height=24)
-    assert line == "0.0,23.0 60.0,1.0 120.0,12.0"
+    assert line == "0,23 60,1 120,12"
     assert sparkline.svg_points([[0, 5]]) == ""  # one point is no line
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from django import template
 
-from dashboard import sparkline
 from streamoffsets.evaluation import Status, human_duration
 
 register = template.Library()
@@ -42,13 +41,3 @@ def age_ms(epoch_ms, now) -> str:
 def age(when, now) -> str:
     """How long before `now` a datetime was."""
     return "—" if when is None else duration(max(0.0, (now - when).total_seconds()))
-
-
-@register.filter
-def sparkline_points(points) -> str:
-    return sparkline.svg_points(points or [])
-
-
-@register.filter
-def sparkline_max(points):
-    return max((p[1] for p in points or []), default=None)
