@@ -18,6 +18,8 @@ class StoreReading:
     problems: list[RowProblem] = field(default_factory=list)
     # False for stores that keep only the current offsets: each reading is then a sample.
     keeps_history: bool = True
+    # Pipelines whose read stopped at the per-cycle limit: their history import goes on next cycle.
+    more: set[PipelineKey] = field(default_factory=set)
 
 
 def read_store(url: str, positions: dict[PipelineKey, int], max_batches: int, timeout_s: float) -> StoreReading:
@@ -42,6 +44,8 @@ def read_store(url: str, positions: dict[PipelineKey, int], max_batches: int, ti
                 reading.problems.append(RowProblem(exc.store, exc.key, exc.problem))
                 continue
             reading.batches[key] = page.batches
+            if page.truncated:
+                reading.more.add(key)
             reading.problems.extend(page.problems)
     return reading
 

@@ -87,6 +87,9 @@ class Pipeline(models.Model):
     # for the status rules, kept here so a cycle needs no query per pipeline.
     recent_batch_ms = models.JSONField(default=list)
 
+    # True while the store's retained history is still being read, a page per cycle.
+    history_importing = models.BooleanField(default=False)
+
     RECENT_BATCHES = 21
 
     class Meta:

@@ -110,6 +110,28 @@ def pipeline_get(*, pipeline_id: int) -> Pipeline:
     return Pipeline.objects.select_related("store", "store__cluster").get(pk=pipeline_id)
 
 
+@dataclass
+class ImportProgress:
+    percent: int  # of the time between the oldest stored batch and now, imported so far
+    batches: int
+    imported_until: datetime
+
+
+def pipeline_import_progress(*, pipeline: Pipeline, now: datetime) -> ImportProgress | None:
+    """How far the first import of the store's retained history has come (None: not importing).
+    Batches are read oldest first, so the newest imported batch is how far the import got."""
+    if not pipeline.history_importing or pipeline.last_batch_ms is None:
+        return None
+    oldest = pipeline.batches.order_by("batch_time_ms").values_list("batch_time_ms", flat=True).first()
+    span = now.timestamp() * 1000 - oldest
+    done = pipeline.last_batch_ms - oldest
+    return ImportProgress(
+        percent=min(99, int(100 * done / span)) if span > 0 else 0,
+        batches=pipeline.batches.count(),
+        imported_until=datetime.fromtimestamp(pipeline.last_batch_ms / 1000, tz=dt_timezone.utc),
+    )
+
+
 def pipeline_start_reports(*, pipeline: Pipeline, limit: int = 10) -> list[StartReport]:
     return list(pipeline.start_reports.order_by("-received_at")[:limit])
 

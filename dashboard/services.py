@@ -41,7 +41,7 @@ from dashboard.params import ChartParams, TimeRange, time_zone
 from streamoffsets import evaluation
 from streamoffsets.evaluation import Sample
 from streamoffsets.kafka import WatermarkResult
-from streamoffsets.types import BatchOffsets, RowProblem
+from streamoffsets.types import BatchOffsets, PipelineKey, RowProblem
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,18 @@ def store_reading_record(*, store: Store, reading: StoreReading) -> int:
     Batch.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000)
     Pipeline.objects.bulk_update(changed, ["last_batch_ms", "recent_batch_ms"], batch_size=1000)
     _problems_record(store, reading.problems)
+    _history_importing_record(store, reading.more)
     return len(rows)
+
+
+def _history_importing_record(store: Store, more: set[PipelineKey]) -> None:
+    """Mark the pipelines whose history import goes on next cycle (two UPDATEs at most)."""
+    importing = Q(pk__in=[])
+    for key in more:
+        importing |= Q(topic=key.topic, group=key.group)
+    store.pipelines.filter(history_importing=True).exclude(importing).update(history_importing=False)
+    if more:
+        store.pipelines.filter(importing, history_importing=False).update(history_importing=True)
 
 
 def _batches_new(

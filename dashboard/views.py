@@ -68,6 +68,7 @@ def _pipeline_context(request, pipeline: Pipeline) -> dict:
     return {
         "pipeline": pipeline,
         "freshness": selectors.pipeline_freshness(pipeline=pipeline),
+        "import_progress": selectors.pipeline_import_progress(pipeline=pipeline, now=timezone.now()),
         "evaluation": selectors.pipeline_evaluation(pipeline=pipeline),
         "incidents": selectors.pipeline_incidents(pipeline=pipeline),
         "start_reports": selectors.pipeline_start_reports(pipeline=pipeline),
@@ -115,6 +116,7 @@ def pipeline_status(request, pipeline_id: int):
     return render(request, "dashboard/partials/pipeline_status.html", {
         "pipeline": pipeline,
         "freshness": selectors.pipeline_freshness(pipeline=pipeline),
+        "import_progress": selectors.pipeline_import_progress(pipeline=pipeline, now=timezone.now()),
         "evaluation": selectors.pipeline_evaluation(pipeline=pipeline),
     })
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from django.urls import reverse
@@ -136,3 +137,22 @@ def test_the_cadence_of_a_page_s_oldest_batch_comes_from_the_next_page(client, a
     assert first[0][-1] == "2 s"
     last = cells(client.get(reverse("pipeline", args=[p.pk]), {"page": 2}).content.decode(), "batches")
     assert [row[-1] for row in last] == ["2.5 s", "2 s", "—"]
+
+
+def test_a_long_first_import_shows_its_progress_until_done(client, alice, stack, unique_name, settings):
+    settings.MAX_BATCHES_PER_CYCLE = 10
+    s = hbase_store_setup(stack, unique_name, partitions=1, records=30)
+    start = int(time.time() * 1000) - 30 * 60_000
+    for i in range(25):  # 25 batches, one a minute, from 30 minutes ago
+        save(s, "billing", start + i * 60_000, {0: i})
+    collect_once()
+    pipeline = Pipeline.objects.get(store=s.store)
+    html = client.get(reverse("pipeline_status", args=[pipeline.pk])).content.decode()
+    # 10 of 25 batches read: up to minute 9 of the 30 since the oldest.
+    assert re.search(r"Importing the store's retained history: (29|30)%", html), html
+    assert "10 batches so far" in html
+    collect_once()
+    collect_once()  # 25 read: the last page was not full
+    html = client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
+    assert "Importing the store" not in html
+    assert Pipeline.objects.get(pk=pipeline.pk).batches.count() == 25
