@@ -90,12 +90,12 @@ def run(args, bootstrap: str) -> None:
 
     reader = KafkaWatermarkReader(bootstrap)
     groups = KafkaGroupOffsetStore(bootstrap)
-    bare = []
-    for _ in range(args.cycles):
+
+    def bare_calls() -> float:
         t = time.perf_counter()
         reader.watermarks(topics)
         groups.snapshot()
-        bare.append(time.perf_counter() - t)
+        return time.perf_counter() - t
 
     def table_bytes() -> int:
         with connection.cursor() as cur:
@@ -103,10 +103,13 @@ def run(args, bootstrap: str) -> None:
                         "ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind = 'r'")
             return int(cur.fetchone()[0])
 
-    full, cpu, queries, writes = [], [], [], []
+    # Bare calls and full cycles alternate, so both see the same machine: this host's speed drifts
+    # by tens of percent over a minute, which skewed the ratio when all of one ran before the other.
+    bare, full, cpu, queries, writes = [], [], [], [], []
     size_before = table_bytes()
     for _ in range(args.cycles):
         time.sleep(1)  # distinct sample times
+        bare.append(bare_calls())
         c0, t = time.process_time(), time.perf_counter()
         with CaptureQueriesContext(connection) as q:
             summary = collect_once()
@@ -134,7 +137,10 @@ def run(args, bootstrap: str) -> None:
     best_bare, best_full = min(bare), min(full)
     print(f"partitions: {partitions:,}; pipelines: {args.pipelines}")
     print(f"bare client calls (watermarks + committed offsets): best {best_bare:.2f} s of {args.cycles}")
-    print(f"full cycle (collect_once): best {best_full:.2f} s wall, {min(cpu):.2f} s CPU; ratio {best_full / best_bare:.1f}x")
+    ratios = sorted(f / b for f, b in zip(full, bare))
+    print(f"full cycle (collect_once): best {best_full:.2f} s wall, {min(cpu):.2f} s CPU; ratio of bests "
+          f"{best_full / best_bare:.2f}x; per cycle (full / the bare calls just before it): median "
+          f"{ratios[len(ratios) // 2]:.2f}x, range {ratios[0]:.2f}-{ratios[-1]:.2f}x over {len(ratios)} cycles")
     print(f"broker requests per cycle: {requests} (1 metadata + 2 x {chunks} ListOffsets chunks + 1 ListGroups + "
           f"{args.pipelines} OffsetFetch, one per group)")
     print(f"database per cycle: {queries[-1]} queries ({writes[-1]} writes); "

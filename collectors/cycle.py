@@ -85,20 +85,23 @@ def poll_cluster(cluster_id: int) -> int:
         result = read_watermarks(cluster.bootstrap_servers, topics, timeout_s=settings.IO_TIMEOUT_S,
                                  chunk_size=settings.KAFKA_LIST_OFFSETS_CHUNK)
         warnings = [f"topic {t!r}: {why}" for t, why in sorted(result.missing.items())]
-        record_times, problem = _record_times(cluster, result)
+        topics_of, committed = selectors.cluster_committed(cluster=cluster, topics=list(result.by_topic))
+        record_times, problem = _record_times(cluster, result, topics_of, committed)
         if problem:
             warnings.append(problem)
         outcome.warning = "; ".join(warnings) or None
         return services.watermarks_record(cluster=cluster, result=result, sampled_at=outcome.started_at,
-                                          record_times=record_times)
+                                          record_times=record_times, committed=committed)
 
 
-def _record_times(cluster: Cluster, result) -> tuple[dict[tuple[str, int], int], str | None]:
+def _record_times(
+    cluster: Cluster, result, topics_of: dict[int, str], committed: dict[int, dict[int, int]]
+) -> tuple[dict[tuple[str, int, int], int], str | None]:
     """Timestamps of the records at the most lagging committed offsets (exact lag in seconds).
     Read after the watermarks and outside any transaction; a failure here is a warning, the
     lag in seconds then comes from interpolation."""
     highs = {t: {p: w.high for p, w in parts.items()} for t, parts in result.by_topic.items()}
-    positions = selectors.record_timestamp_positions(cluster=cluster, highs=highs,
+    positions = selectors.record_timestamp_positions(topics=topics_of, committed=committed, highs=highs,
                                                      limit=settings.RECORD_TIMESTAMP_PARTITIONS)
     if not positions:
         return {}, None

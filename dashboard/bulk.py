@@ -13,6 +13,12 @@ from typing import Iterable
 from django.db import connection, models
 
 
+_AS_IS = {
+    "BigIntegerField", "IntegerField", "PositiveIntegerField", "PositiveSmallIntegerField", "SmallIntegerField",
+    "FloatField", "CharField", "TextField", "BooleanField", "BinaryField", "ForeignKey", "OneToOneField", "DateTimeField",
+}
+
+
 def copy_insert(model: type[models.Model], objs: Iterable[models.Model], batch_size: int = 1000) -> int:
     objs = list(objs)
     if not objs:
@@ -27,9 +33,15 @@ def copy_insert(model: type[models.Model], objs: Iterable[models.Model], batch_s
                 f.pre_save(obj, add=True)  # as bulk_create does for timestamps
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     sql = f"COPY {connection.ops.quote_name(model._meta.db_table)} ({columns}) FROM STDIN"
+    # Numbers, text, bytes, booleans and aware datetimes go to psycopg as they are; only other
+    # fields (JSON above all) need Django's preparation. Thousands of rows per cycle.
+    prepared = [(f.attname, f.get_internal_type() not in _AS_IS) for f in fields]
     with connection.cursor() as cursor:
         # Django's cursor wraps psycopg's; COPY needs the real one.
         with cursor.cursor.copy(sql) as copy:
             for obj in objs:
-                copy.write_row([f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields])
+                copy.write_row([
+                    fields[i].get_db_prep_save(getattr(obj, name), connection) if prep else getattr(obj, name)
+                    for i, (name, prep) in enumerate(prepared)
+                ])
     return len(objs)

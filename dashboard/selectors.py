@@ -526,23 +526,35 @@ def newest_batches(*, pipeline_ids: list[int]) -> dict[int, tuple[int, dict[str,
     return {pk: (ms, offsets) for pk, ms, offsets in rows if ms is not None}
 
 
+def committed_offsets(*, pipeline_ids: list[int]) -> dict[int, dict[int, int]]:
+    """Each pipeline's newest stored offsets: pipeline id -> partition -> offset."""
+    return {pk: {int(p): o for p, o in offsets.items()}
+            for pk, (_, offsets) in newest_batches(pipeline_ids=pipeline_ids).items()}
+
+
+def cluster_committed(*, cluster: Cluster, topics: list[str]) -> tuple[dict[int, str], dict[int, dict[int, int]]]:
+    """The cluster's pipelines reading `topics` (id -> topic) and their newest stored offsets."""
+    pipelines = dict(Pipeline.objects.filter(store__cluster=cluster, topic__in=topics).values_list("pk", "topic"))
+    return pipelines, committed_offsets(pipeline_ids=list(pipelines))
+
+
 def record_timestamp_positions(
-    *, cluster: Cluster, highs: dict[str, dict[int, int]], limit: int
+    *, topics: dict[int, str], committed: dict[int, dict[int, int]], highs: dict[str, dict[int, int]], limit: int
 ) -> dict[tuple[str, int], int]:
     """The committed offsets whose records' timestamps give lag in seconds exactly: the `limit`
-    most lagging (topic, partition) positions of the cluster's pipelines. One position per
-    partition (a consumer reads a partition from one offset): the lowest committed, the oldest
-    unprocessed record; other pipelines on that partition keep the interpolated estimate."""
+    most lagging (topic, partition) positions of the pipelines (`topics`: id -> topic, with their
+    `committed` offsets). One position per partition (a consumer reads a partition from one
+    offset): the lowest committed, the oldest unprocessed record; other pipelines on that
+    partition keep the interpolated estimate."""
     if limit <= 0:
         return {}
-    pipelines = dict(Pipeline.objects.filter(store__cluster=cluster, topic__in=list(highs)).values_list("pk", "topic"))
     lowest: dict[tuple[str, int], int] = {}
-    for pk, (_, offsets) in newest_batches(pipeline_ids=list(pipelines)).items():
-        topic_highs = highs[pipelines[pk]]
-        for p, committed in offsets.items():
-            key = (pipelines[pk], int(p))
-            high = topic_highs.get(key[1])
-            if isinstance(committed, int) and high is not None and committed < high:
-                lowest[key] = min(committed, lowest.get(key, committed))
+    for pk, offsets in committed.items():
+        topic_highs = highs.get(topics[pk], {})
+        for p, offset in offsets.items():
+            high = topic_highs.get(p)
+            if isinstance(offset, int) and high is not None and offset < high:
+                key = (topics[pk], p)
+                lowest[key] = min(offset, lowest.get(key, offset))
     worst = sorted(lowest, key=lambda k: highs[k[0]][k[1]] - lowest[k], reverse=True)[:limit]
     return {key: lowest[key] for key in worst}

@@ -172,11 +172,14 @@ def _problems_record(store: Store, problems: list[RowProblem]) -> None:
 def watermarks_record(
     *, cluster: Cluster, result: WatermarkResult, sampled_at: datetime,
     record_times: dict[tuple[str, int, int], int] | None = None,
+    committed: dict[int, dict[int, int]] | None = None,
 ) -> int:
     """Store the cluster's watermarks (one row per topic), then per pipeline reading its topics a
     lag sample, and evaluate them all (status, lag in seconds, retention risk, incidents).
     `record_times`: (topic, partition, offset) -> timestamp (ms) of the record at that offset,
     read from the broker; lag in seconds comes from them where they match the committed offset.
+    `committed`: each pipeline's newest offsets when the caller already read them
+    (selectors.cluster_committed), else read here.
     A constant number of queries whatever the number of pipelines."""
     rows = []
     for topic, parts in result.by_topic.items():
@@ -188,8 +191,7 @@ def watermarks_record(
     copy_insert(WatermarkSample, rows)
 
     pipelines = list(Pipeline.objects.filter(store__cluster=cluster, topic__in=list(result.by_topic)))
-    newest = {pk: {int(p): o for p, o in offsets.items()}
-              for pk, (_, offsets) in selectors.newest_batches(pipeline_ids=[p.pk for p in pipelines]).items()}
+    newest = committed if committed is not None else selectors.committed_offsets(pipeline_ids=[p.pk for p in pipelines])
     samples = []
     for pipeline in pipelines:
         committed = newest.get(pipeline.pk, {})
@@ -311,16 +313,21 @@ class TopicSeries:
     highs_at: dict[datetime, dict[int, int]]  # sample time -> partition -> high watermark
     highs: dict[int, list[tuple[float, int]]]  # partition -> [(epoch s, high)], oldest first
     lows: dict[int, list[tuple[float, int]]]  # partition -> [(epoch s, low)], oldest first
+    # Partitions whose low watermark moved in the lookback: only they can have a retention
+    # deadline (rule 2 of evaluation.retention_risk), so only they pay for its rates.
+    moving_lows: set[int]
 
 
 def _topic_series(history: dict[datetime, dict[int, tuple[int, int]]]) -> TopicSeries:
     items = [(at, at.timestamp(), history[at]) for at in sorted(history)]
     partitions = set().union(*(marks.keys() for _, _, marks in items))
     # Comprehensions per partition: this runs for every topic at every cycle.
+    lows = {p: [(t, marks[p][0]) for _, t, marks in items if p in marks] for p in partitions}
     return TopicSeries(
         highs_at={at: {p: hi for p, (_, hi) in marks.items()} for at, _, marks in items},
         highs={p: [(t, marks[p][1]) for _, t, marks in items if p in marks] for p in partitions},
-        lows={p: [(t, marks[p][0]) for _, t, marks in items if p in marks] for p in partitions},
+        lows=lows,
+        moving_lows={p for p, series in lows.items() if series[0][1] != series[-1][1]},
     )
 
 
@@ -366,7 +373,10 @@ def _pipeline_evaluation(
                 tl = evaluation.lag_seconds(e.committed, highs.get(e.partition, []), now.timestamp())
             row["lag_seconds"], row["lag_method"] = tl.seconds, tl.method
             time_lags.append((e.partition, e.lag, tl))
-            risk = evaluation.retention_risk(e.committed, lows.get(e.partition, []), commits.get(e.partition, []))
+            if e.partition in series.moving_lows:
+                risk = evaluation.retention_risk(e.committed, lows.get(e.partition, []), commits.get(e.partition, []))
+            else:
+                risk = evaluation.RetentionRisk(e.committed - e.low, None)  # rules 1 and 2, without the rates
             row["retention_margin"], row["retention_seconds_left"] = risk.margin, risk.seconds_left
             if risk.seconds_left is not None:
                 soonest_loss = risk.seconds_left if soonest_loss is None else min(soonest_loss, risk.seconds_left)

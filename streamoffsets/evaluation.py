@@ -416,11 +416,15 @@ class RetentionRisk:
 def retention_risk(
     committed: int, low_samples: Sequence[tuple[float, int]], committed_samples: Sequence[tuple[float, int]]
 ) -> RetentionRisk:
-    """Rules: 1. margin = committed - low (newest low); 2. the low watermark advances at its
-    rate over the samples, the job at its own; 3. if the low watermark gains on the job, the
-    time left is margin / (low rate - job rate); 4. otherwise no deadline (None)."""
+    """Rules: 1. margin = committed - low (newest low); 2. a low watermark that did not move
+    deletes nothing: no deadline, whatever the job does (checked first: the usual case, every
+    partition at every cycle); 3. the low watermark advances at its rate over the samples, the
+    job at its own; 4. if the low watermark gains on the job, the time left is margin / (low
+    rate - job rate); 5. otherwise no deadline (None)."""
     lows = sorted(low_samples)
     margin = committed - lows[-1][1] if lows else 0
+    if not lows or lows[0][1] == lows[-1][1]:
+        return RetentionRisk(margin, None)
     low_rate = _rate(lows)
     job_rate = _rate(sorted(committed_samples))
     if low_rate is None or job_rate is None or low_rate <= job_rate:

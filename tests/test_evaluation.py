@@ -152,6 +152,8 @@ RETENTION_CASES = [
     (2_000, [(0, 0), (100, 1_000)], [(0, 1_600), (100, 2_000)], 1_000, 1_000 / 6),
     # 4. Retention does not move (no deletions yet): no deadline.
     (2_000, [(0, 0), (100, 0)], [(0, 2_000), (100, 2_000)], 2_000, None),
+    # 5. ... even for a job going backwards (a rewind): nothing is deleted while the low stands still.
+    (1_000, [(0, 500), (100, 500)], [(0, 2_000), (100, 1_000)], 500, None),
 ]
 
 
