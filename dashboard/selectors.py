@@ -154,7 +154,10 @@ class BatchRow:
 
 def pipeline_batches(*, pipeline: Pipeline, page: int = 1, per_page: int = 50) -> tuple[Page, list[int], list[BatchRow]]:
     """One page of the batch history, newest first, with one column per partition seen on it."""
-    paginator = Paginator(pipeline.batches.order_by("-batch_time_ms").only("batch_time_ms", "offsets", "records", "batch_id", "committed"), per_page)
+    # `pipeline` among the loaded fields: the related manager sets it on every row, and a deferred
+    # foreign key made that one query per row (50 per page).
+    paginator = Paginator(pipeline.batches.order_by("-batch_time_ms").only(
+        "pipeline", "batch_time_ms", "offsets", "records", "batch_id", "committed"), per_page)
     page_obj = paginator.get_page(page)
     batches: list[Batch] = list(page_obj.object_list)
     partitions = sorted({int(p) for b in batches for p in b.offsets})
