@@ -67,12 +67,13 @@ def run(args, bootstrap: str, hbase_url: str) -> None:
 
     django.setup()
     from confluent_kafka import Producer
-    from django.contrib.auth.models import User
     from django.core.management import call_command
     from django.test import Client
 
     from collectors.cycle import collect_once
     from dashboard import services
+    from dashboard.roles import VIEWER
+    from tests.factories import person
     from pipeline.producer import ensure_topic, producer_config
     from streamoffsets.kafka import KafkaWatermarkReader
     from streamoffsets.store import open_store
@@ -86,7 +87,7 @@ def run(args, bootstrap: str, hbase_url: str) -> None:
     store = open_store(hbase_url)
     store.ensure_table()
     client = Client()
-    client.force_login(User.objects.create_user("bench"))
+    client.force_login(person("bench", VIEWER))
     reader = KafkaWatermarkReader(bootstrap)
 
     state = {"phase": "steady", "produce": True, "committed": {p: 0 for p in range(PARTITIONS)}, "rewound_at": None}

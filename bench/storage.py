@@ -91,7 +91,7 @@ def main() -> None:
     now = datetime.now(timezone.utc)
     for label, fn in [
         ("lag series, 1 h", lambda: selectors.pipeline_lag_series(pipeline=pipeline, since=now - timedelta(hours=1))),
-        ("overview (500 pipelines)", lambda: selectors.pipelines_overview()),
+        ("overview (500 pipelines)", lambda: selectors.overview_rows()),
         ("evaluation window + 1 h of watermarks", lambda: list(WatermarkSample.objects.filter(
             cluster=cluster, topic=pipeline.topic, sampled_at__gte=now - timedelta(hours=1)))),
     ]:

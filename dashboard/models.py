@@ -326,3 +326,33 @@ class ExportJob(models.Model):
         if not self.rows_total:
             return 100 if self.status == self.Status.DONE else None
         return min(100, int(100 * self.rows_done / self.rows_total))
+
+
+class AuditEvent(models.Model):
+    """One entry of the append-only, hash-chained audit log (dashboard.audit).
+
+    No foreign keys on purpose: deleting a user or a pipeline must never touch the log. Rows are
+    only inserted (dashboard.audit.audit_append); PostgreSQL refuses UPDATE and DELETE on this
+    table (a trigger), and each row's hash covers the previous row's, so an edit made behind the
+    application's back is found by `manage.py verify_audit`.
+    """
+
+    at = models.DateTimeField()
+    actor = models.CharField(max_length=300)  # "alice", "pipeline token owp_abc… (payments/etl)", "system"
+    actor_user_id = models.BigIntegerField(null=True)
+    remote_addr = models.CharField(max_length=100, blank=True)
+    action = models.CharField(max_length=100)  # "rewind.requested", "store.changed", "token.revoked", ...
+    subject = models.CharField(max_length=500)  # what it is about, in words
+    pipeline_id = models.BigIntegerField(null=True)
+    pipeline_label = models.CharField(max_length=1300, blank=True)  # "topic / group (store)", kept after deletion
+    before = models.JSONField(null=True)  # e.g. offsets per partition before
+    after = models.JSONField(null=True)
+    details = models.JSONField(default=dict)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64, unique=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["pipeline_id", "-id"], name="audit_pipeline"),
+            models.Index(fields=["actor", "-id"], name="audit_actor"),
+        ]
