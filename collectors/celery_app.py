@@ -18,3 +18,5 @@ def _schedule(sender, **kwargs):
 
     sender.add_periodic_task(settings.POLL_INTERVAL_S, sender.signature("collectors.tasks.collect_all"), name="collect-all")
     sender.add_periodic_task(settings.PRUNE_INTERVAL_S, sender.signature("collectors.tasks.prune"), name="prune")
+    sender.add_periodic_task(settings.POLL_INTERVAL_S, sender.signature("collectors.tasks.expire_rewinds"),
+                             name="expire-rewinds")

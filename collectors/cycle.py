@@ -15,7 +15,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from collectors.readers import read_record_timestamps, read_store, read_watermarks
-from dashboard import selectors, services
+from dashboard import rewinds, selectors, services
 from dashboard.models import Cluster, Store
 from streamoffsets.errors import OffsetStoreError
 
@@ -74,7 +74,10 @@ def poll_store(store_id: int) -> int:
             max_batches=settings.MAX_BATCHES_PER_CYCLE,
             timeout_s=settings.IO_TIMEOUT_S,
         )
-        return services.store_reading_record(store=store, reading=reading)
+        added = services.store_reading_record(store=store, reading=reading)
+    # Rewinds applied to this store's pipelines are verified from the batches just recorded.
+    rewinds.rewinds_verify(pipeline_ids=list(store.pipelines.values_list("pk", flat=True)))
+    return added
 
 
 def poll_cluster(cluster_id: int) -> int:
@@ -113,8 +116,10 @@ def _record_times(
 
 
 def collect_once() -> CycleSummary:
-    """Every enabled store, then every cluster, synchronously (debugging and tests)."""
+    """Every enabled store, then every cluster, synchronously (debugging and tests); rewinds
+    past their deadlines expire first, as beat does every poll."""
     summary = CycleSummary()
+    rewinds.rewinds_expire()
     for store_id in Store.objects.filter(enabled=True).values_list("pk", flat=True):
         try:
             summary.batches_added += poll_store(store_id)

@@ -47,6 +47,13 @@ def poll_cluster(cluster_id: int) -> None:
     _poll_alone(f"cluster:{cluster_id}", cycle.poll_cluster, cluster_id)
 
 
+@shared_task(name="collectors.tasks.expire_rewinds", ignore_result=True, soft_time_limit=60, time_limit=90)
+def expire_rewinds() -> None:
+    from dashboard import rewinds
+
+    rewinds.rewinds_expire()
+
+
 @shared_task(name="collectors.tasks.prune", ignore_result=True, soft_time_limit=600, time_limit=660)
 def prune() -> None:
     from django.utils import timezone

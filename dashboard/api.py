@@ -22,7 +22,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from dashboard import downsample, selectors, services
+from dashboard import downsample, rewinds, selectors, services
 from dashboard.models import Pipeline
 from dashboard.roles import VIEWER, bearer_token, role_required
 from streamoffsets.evaluation import Status
@@ -351,24 +351,92 @@ def api_not_found(request, rest: str = ""):
 # --- jobs (pipeline tokens) ------------------------------------------------------------------------
 
 
-@csrf_exempt  # machine clients authenticate with a bearer token, not a session cookie
-def api_start_report(request):
-    if request.method != "POST":
-        response = json_error(405, f"method {request.method} is not allowed here; use POST")
-        response["Allow"] = "POST"
-        return response
-    token = bearer_token(request)
-    if not token:
-        return json_error(401, "missing 'Authorization: Bearer <pipeline token>' header")
-    pipeline = services.pipeline_for_token(token=token)
-    if pipeline is None:
-        return json_error(401, "unknown or revoked pipeline token")
-    try:
-        payload = json.loads(request.body or b"")
-    except ValueError as exc:
-        return json_error(400, f"the body is not JSON: {exc}")
+def job_view(method: str):
+    """An endpoint for a pipeline's job, authenticated by its pipeline token (`Authorization:
+    Bearer owp_...`). The view gets the token's pipeline and, for POST, the JSON body; errors are
+    JSON. CSRF-exempt: machine clients have no session cookie to forge."""
+    def decorator(view):
+        @csrf_exempt
+        @wraps(view)
+        def wrapped(request, *args, **kwargs):
+            if request.method != method:
+                response = json_error(405, f"method {request.method} is not allowed here; use {method}")
+                response["Allow"] = method
+                return response
+            token = bearer_token(request)
+            if not token:
+                return json_error(401, "missing 'Authorization: Bearer <pipeline token>' header")
+            pipeline = services.pipeline_for_token(token=token)
+            if pipeline is None:
+                return json_error(401, "unknown or revoked pipeline token")
+            payload = None
+            if method == "POST":
+                try:
+                    payload = json.loads(request.body or b"")
+                except ValueError as exc:
+                    return json_error(400, f"the body is not JSON: {exc}")
+                if not isinstance(payload, dict):
+                    return json_error(400, "the body must be a JSON object")
+            try:
+                return view(request, pipeline, payload, *args, **kwargs)
+            except rewinds.RewindRefused as exc:
+                return json_error(exc.status, exc.message)
+        return wrapped
+    return decorator
+
+
+@job_view("POST")
+def api_start_report(request, pipeline, payload):
     try:
         report = services.start_report_record(pipeline=pipeline, report=payload)
     except services.InvalidReport as exc:
         return json_error(400, str(exc))
     return JsonResponse({"id": report.pk, "pipeline": pipeline.pk}, status=201)
+
+
+def rewind_json(rewind) -> dict:
+    def iso(value):
+        return value.isoformat() if value else None
+    return {
+        "id": rewind.pk, "pipeline": rewind.pipeline_id, "topic": rewind.pipeline.topic, "group": rewind.pipeline.group,
+        "status": rewind.status, "mode": rewind.mode, "target_kind": rewind.target_kind,
+        "target_offsets": rewind.target_offsets, "before_offsets": rewind.before_offsets, "reason": rewind.reason,
+        "expires_at": iso(rewind.expires_at), "claimed_by": rewind.claimed_by or None,
+        "applied_offsets": rewind.applied_offsets, "outcome": rewind.outcome or None,
+    }
+
+
+@job_view("GET")
+def api_rewind_pending(request, pipeline, payload):
+    """The approved rewind the job should apply when it starts, or null."""
+    rewind = rewinds.rewind_for_job(pipeline=pipeline)
+    return JsonResponse({"rewind": rewind_json(rewind) if rewind else None})
+
+
+def _remote(request) -> str:
+    return request.META.get("REMOTE_ADDR", "")
+
+
+@job_view("POST")
+def api_rewind_claim(request, pipeline, payload, rewind_id: int):
+    rewind = rewinds.rewind_claim(pipeline=pipeline, rewind_id=rewind_id, instance=str(payload.get("instance", "")),
+                                  remote_addr=_remote(request))
+    return JsonResponse({"rewind": rewind_json(rewind)})
+
+
+@job_view("POST")
+def api_rewind_applied(request, pipeline, payload, rewind_id: int):
+    marker = payload.get("marker_batch_ms")
+    if marker is not None and (not isinstance(marker, int) or isinstance(marker, bool) or marker < 0):
+        return json_error(400, f"'marker_batch_ms' must be a non-negative integer (epoch ms), not {marker!r}")
+    rewind = rewinds.rewind_applied(pipeline=pipeline, rewind_id=rewind_id, instance=str(payload.get("instance", "")),
+                                    offsets=payload.get("offsets"), marker_batch_ms=marker, remote_addr=_remote(request))
+    return JsonResponse({"rewind": rewind_json(rewind)})
+
+
+@job_view("POST")
+def api_rewind_failed(request, pipeline, payload, rewind_id: int):
+    rewind = rewinds.rewind_job_failed(pipeline=pipeline, rewind_id=rewind_id, instance=str(payload.get("instance", "")),
+                                       error=str(payload.get("error", "")) or "no reason given",
+                                       remote_addr=_remote(request))
+    return JsonResponse({"rewind": rewind_json(rewind)})

@@ -11,6 +11,10 @@ urlpatterns = [
     path("pipelines/<int:pipeline_id>/lag", api.api_pipeline_lag, name="api_pipeline_lag"),
     path("collectors", api.api_collectors, name="api_collectors"),
     path("start-reports", api.api_start_report, name="api_start_report"),
+    path("rewinds/pending", api.api_rewind_pending, name="api_rewind_pending"),
+    path("rewinds/<int:rewind_id>/claim", api.api_rewind_claim, name="api_rewind_claim"),
+    path("rewinds/<int:rewind_id>/applied", api.api_rewind_applied, name="api_rewind_applied"),
+    path("rewinds/<int:rewind_id>/failed", api.api_rewind_failed, name="api_rewind_failed"),
     path("openapi.json", api.api_openapi, name="api_openapi"),
     # Last: anything else under /api/v1/ is a JSON 404 (not in the spec: it is not an endpoint).
     re_path(r"^(?P<rest>.*)$", api.api_not_found, name="api_not_found"),

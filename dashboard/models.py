@@ -356,3 +356,67 @@ class AuditEvent(models.Model):
             models.Index(fields=["pipeline_id", "-id"], name="audit_pipeline"),
             models.Index(fields=["actor", "-id"], name="audit_actor"),
         ]
+
+
+class RewindRequest(models.Model):
+    """A rewind of one pipeline: requested by an operator, approved by someone else, claimed and
+    applied by the job on restart (or written into the store), then verified from the data.
+
+    Never deleted (PROTECT): with the audit log it is the record of what was replayed and why.
+    """
+
+    class Status(models.TextChoices):
+        REQUESTED = "requested"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        EXPIRED = "expired"
+        CANCELLED = "cancelled"
+        CLAIMED = "claimed"
+        APPLIED = "applied"
+        VERIFIED = "verified"
+        FAILED = "failed"
+
+    OPEN = (Status.REQUESTED, Status.APPROVED, Status.CLAIMED, Status.APPLIED)
+
+    class Mode(models.TextChoices):
+        JOB = "job", "the job applies it when it restarts (job library)"
+        STORE = "store", "written into the store while the job is stopped"
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.PROTECT, related_name="rewinds")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.REQUESTED)
+    mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.JOB)
+    target_kind = models.CharField(max_length=20)  # streamoffsets.rewind.KINDS
+    target_spec = models.JSONField(default=dict)  # what was asked: {"batch_time_ms": ...}, {"shift": -100}, ...
+    target_offsets = models.JSONField()  # partition (text) -> offset
+    before_offsets = models.JSONField()  # the committed offsets when requested
+    preview = models.JSONField()  # streamoffsets.rewind.Preview.as_dict() when requested
+    reason = models.TextField()
+    ticket_url = models.URLField(max_length=1000, blank=True)
+    requested_by = models.ForeignKey("auth.User", on_delete=models.PROTECT, related_name="+")
+    requested_at = models.DateTimeField()
+    decided_by = models.ForeignKey("auth.User", on_delete=models.PROTECT, related_name="+", null=True)
+    decided_at = models.DateTimeField(null=True)
+    decision_comment = models.TextField(blank=True)
+    # Until approval: the approval deadline; once approved: the deadline for a job to claim it.
+    expires_at = models.DateTimeField()
+    claimed_at = models.DateTimeField(null=True)
+    claimed_by = models.CharField(max_length=300, blank=True)  # the job instance that won the claim
+    applied_at = models.DateTimeField(null=True)
+    applied_offsets = models.JSONField(null=True)  # where the job says it started
+    # The store batch that marks the start (the target written by the job or the dashboard).
+    marker_batch_ms = models.BigIntegerField(null=True)
+    finished_at = models.DateTimeField(null=True)
+    outcome = models.TextField(blank=True)  # verification or failure in words
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pipeline"], condition=models.Q(status__in=["requested", "approved", "claimed", "applied"]),
+                name="one_open_rewind",
+            )
+        ]
+        indexes = [models.Index(fields=["pipeline", "-requested_at"], name="rewind_pipeline_time")]
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in self.OPEN

@@ -179,6 +179,12 @@ KAFKA_LIST_OFFSETS_CHUNK = env_int("OFFSETWATCH_LIST_OFFSETS_CHUNK", 500)
 # of each cluster, up to this many per cycle (one small fetch each); the others are interpolated.
 RECORD_TIMESTAMP_PARTITIONS = env_int("OFFSETWATCH_RECORD_TIMESTAMP_PARTITIONS", 200)
 
+# Rewinds: a request expires if not approved within APPROVAL_TTL, an approval if no job claims it
+# within CLAIM_TTL; an applied rewind with no batch seen within VERIFY_TIMEOUT fails.
+REWIND_APPROVAL_TTL_S = env_float("OFFSETWATCH_REWIND_APPROVAL_TTL", 24 * 3600.0)
+REWIND_CLAIM_TTL_S = env_float("OFFSETWATCH_REWIND_CLAIM_TTL", 6 * 3600.0)
+REWIND_VERIFY_TIMEOUT_S = env_float("OFFSETWATCH_REWIND_VERIFY_TIMEOUT", 3600.0)
+
 # /metrics: which pipelines are exported (fnmatch patterns over "store/topic/group"; include
 # empty = all) and whether each partition's lag is a series too. Many pipelines times many
 # partitions is how a Prometheus server runs out of memory, hence the default.

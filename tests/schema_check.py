@@ -1,6 +1,6 @@
 """A small checker for the subset of JSON Schema that dashboard/openapi.json uses: $ref, type
 (a name or a list of names, "null" included), nullable (OpenAPI 3.0), enum, required,
-properties, additionalProperties (false or a schema), items. Returns every violation, each
+properties, additionalProperties (false or a schema), items, oneOf. Returns every violation, each
 with its JSON path, so a failing test says where the document and the view disagree."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ _TYPES = {
     "null": lambda v: v is None,
 }
 _KNOWN = {"$ref", "type", "nullable", "enum", "required", "properties", "additionalProperties", "items",
-          "description", "format", "minimum", "maximum", "default"}
+          "description", "format", "minimum", "maximum", "default", "oneOf"}
 
 
 def resolve(document: dict, schema: dict) -> dict:
@@ -36,6 +36,10 @@ def violations(document: dict, schema: dict, value, path: str = "$") -> list[str
         # A keyword we do not check would pass silently: refuse instead.
         raise ValueError(f"{path}: unsupported schema keyword(s) {sorted(unsupported)}")
     problems: list[str] = []
+    if "oneOf" in schema:
+        matching = [branch for branch in schema["oneOf"] if not violations(document, branch, value, path)]
+        if len(matching) != 1:
+            problems.append(f"{path}: {value!r:.80} matches {len(matching)} of the oneOf schemas, not exactly one")
     types = schema.get("type")
     if types is not None:
         types = [types] if isinstance(types, str) else list(types)

@@ -1,0 +1,413 @@
+"""The rewind workflow: request -> approve (by someone else) -> claim and apply (the job, on
+restart; or the dashboard writes the target into the store) -> verified from the data.
+
+State lives in RewindRequest; every transition is a conditional UPDATE (so two approvers or two
+job instances cannot both win) and appends an audit event in the same transaction. Targets and
+previews are the pure rules of streamoffsets.rewind.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from dashboard.audit import audit_append
+from dashboard.models import Batch, Pipeline, RewindRequest, WatermarkSample
+from dashboard.roles import APPROVER, OPERATOR, user_has_role
+from streamoffsets import rewind as rules
+from streamoffsets.evaluation import batch_interval_s, human_duration
+
+Status = RewindRequest.Status
+
+
+class RewindRefused(Exception):
+    """A request or transition that cannot be done; the message says what and why. `status` is
+    the HTTP status an API answers with (400 bad input, 403 not allowed, 409 conflicting state)."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.message, self.status = message, status
+
+
+# --- the plan: what a rewind would do, now -------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    target: dict[int, int]
+    current: dict[int, int]
+    watermarks: dict[int, tuple[int, int]]
+    watermarks_at: datetime | None
+    preview: rules.Preview
+    problems: list[str]  # out-of-range partitions: a plan with problems cannot be requested or approved
+
+
+def pipeline_position(*, pipeline: Pipeline) -> tuple[dict[int, int], dict[int, tuple[int, int]], datetime | None]:
+    """The pipeline's committed offsets (newest stored batch) and its topic's newest watermarks."""
+    newest = pipeline.batches.order_by("-batch_time_ms").values_list("offsets", flat=True).first() or {}
+    current = {int(p): o for p, o in newest.items()}
+    sample = (WatermarkSample.objects.filter(cluster_id=pipeline.store.cluster_id, topic=pipeline.topic)
+              .order_by("-sampled_at").first())
+    return current, (sample.watermarks() if sample else {}), (sample.sampled_at if sample else None)
+
+
+def rewind_plan(*, pipeline: Pipeline, kind: str, spec: dict) -> Plan:
+    """Resolve a target against the pipeline's position now (no writes). Bad targets raise
+    RewindRefused; out-of-range partitions are listed in the plan's problems."""
+    current, watermarks, at = pipeline_position(pipeline=pipeline)
+    if not watermarks:
+        raise RewindRefused(f"no watermarks of topic {pipeline.topic!r} collected yet: wait for the first poll of "
+                            f"cluster {pipeline.store.cluster.name}")
+    batch_offsets = None
+    if kind == "batch":
+        batch = pipeline.batches.filter(batch_time_ms=spec.get("batch_time_ms")).values_list("offsets", flat=True).first()
+        if batch is None:
+            raise RewindRefused(f"no batch of this pipeline at {spec.get('batch_time_ms')!r} ms")
+        batch_offsets = {int(p): o for p, o in batch.items()}
+    elif kind == "time":
+        at_ms = spec.get("time_ms")
+        batch = (pipeline.batches.filter(batch_time_ms__lte=at_ms, committed=True).order_by("-batch_time_ms")
+                 .values_list("offsets", flat=True).first()) if isinstance(at_ms, int) else None
+        if batch is None:
+            raise RewindRefused(f"no batch of this pipeline at or before {_ms_text(at_ms)}: the history starts later")
+        batch_offsets = {int(p): o for p, o in batch.items()}
+    try:
+        target = rules.resolve_target(kind, current=current, watermarks=watermarks, batch_offsets=batch_offsets,
+                                      offsets=_int_keys(spec.get("offsets")), shift=spec.get("shift"))
+    except rules.TargetError as exc:
+        raise RewindRefused(str(exc)) from None
+    recent = list(pipeline.batches.order_by("-batch_time_ms").values_list("batch_time_ms", "records")[:20])[::-1]
+    preview = rules.preview(target, current, watermarks, rules.processing_rate(recent))
+    return Plan(target, current, watermarks, at, preview, rules.check_target(target, watermarks))
+
+
+def _int_keys(offsets) -> dict[int, int] | None:
+    return None if offsets is None else {int(p): o for p, o in offsets.items()}
+
+
+def _str_keys(offsets: dict[int, int]) -> dict[str, int]:
+    return {str(p): o for p, o in sorted(offsets.items())}
+
+
+def _ms_text(ms) -> str:
+    if not isinstance(ms, int):
+        return repr(ms)
+    return datetime.fromtimestamp(ms / 1000, tz=dt_timezone.utc).isoformat(timespec="seconds")
+
+
+# --- people: request, decide, cancel ---------------------------------------------------------------------
+
+
+def rewind_request(
+    *, pipeline: Pipeline, user, kind: str, spec: dict, reason: str, ticket_url: str = "",
+    mode: str = RewindRequest.Mode.JOB, remote_addr: str = "",
+) -> RewindRequest:
+    if not user_has_role(user, OPERATOR):
+        raise RewindRefused(f"requesting a rewind needs the operator role; {user.username!r} does not have it", 403)
+    if not reason.strip():
+        raise RewindRefused("a reason is required: say why the data must be replayed")
+    if mode not in RewindRequest.Mode.values:
+        raise RewindRefused(f"unknown mode {mode!r}")
+    if mode == RewindRequest.Mode.STORE and pipeline.store.kind == "checkpoint":
+        raise RewindRefused("a checkpoint directory is read-only here: rewind a checkpoint job through the job library")
+    plan = rewind_plan(pipeline=pipeline, kind=kind, spec=spec)
+    if plan.problems:
+        raise RewindRefused("the target cannot be honoured: " + "; ".join(plan.problems))
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            rewind = RewindRequest.objects.create(
+                pipeline=pipeline, mode=mode, target_kind=kind, target_spec=spec,
+                target_offsets=_str_keys(plan.target), before_offsets=_str_keys(plan.current),
+                preview=plan.preview.as_dict(), reason=reason.strip(), ticket_url=ticket_url,
+                requested_by=user, requested_at=now,
+                expires_at=now + timedelta(seconds=settings.REWIND_APPROVAL_TTL_S),
+            )
+            _audit(rewind, "rewind.requested", actor=user.username, actor_user_id=user.pk, remote_addr=remote_addr,
+                   details={"reason": rewind.reason, "ticket_url": ticket_url, "target": {"kind": kind, **spec},
+                            "mode": mode, "preview": rewind.preview})
+    except IntegrityError:
+        open_one = RewindRequest.objects.filter(pipeline=pipeline, status__in=RewindRequest.OPEN).first()
+        raise RewindRefused(f"this pipeline already has an open rewind (#{open_one.pk if open_one else '?'}, "
+                            f"{open_one.status if open_one else 'open'}): finish or cancel it first", 409) from None
+    return rewind
+
+
+def rewind_decide(
+    *, rewind: RewindRequest, user, approve: bool, comment: str = "", remote_addr: str = "",
+) -> RewindRequest:
+    """Approve or reject. The approver sees the plan recomputed now; a target that became out of
+    range since the request cannot be approved."""
+    if not user_has_role(user, APPROVER):
+        raise RewindRefused(f"deciding on a rewind needs the approver role; {user.username!r} does not have it", 403)
+    if rewind.requested_by_id == user.pk:
+        raise RewindRefused("a rewind must be approved by someone other than its requester", 403)
+    now = timezone.now()
+    if approve:
+        plan = rewind_plan(pipeline=rewind.pipeline, kind=rewind.target_kind, spec=rewind.target_spec)
+        if plan.problems:
+            raise RewindRefused("cannot approve: the target is no longer valid: " + "; ".join(plan.problems), 409)
+        if _str_keys(plan.target) != rewind.target_offsets:
+            raise RewindRefused("cannot approve: the target resolves differently now than when it was requested; "
+                                "reject it and request again", 409)
+    new_status = Status.APPROVED if approve else Status.REJECTED
+    with transaction.atomic():
+        changes = {"status": new_status, "decided_by": user, "decided_at": now, "decision_comment": comment.strip()}
+        if approve:
+            changes["expires_at"] = now + timedelta(seconds=settings.REWIND_CLAIM_TTL_S)
+        else:
+            changes["finished_at"] = now
+        won = RewindRequest.objects.filter(pk=rewind.pk, status=Status.REQUESTED, expires_at__gt=now).update(**changes)
+        if not won:
+            rewind.refresh_from_db()
+            raise RewindRefused(f"rewind #{rewind.pk} is {rewind.status}, not awaiting a decision", 409)
+        rewind.refresh_from_db()
+        _audit(rewind, "rewind.approved" if approve else "rewind.rejected", actor=user.username, actor_user_id=user.pk,
+               remote_addr=remote_addr, details={"comment": rewind.decision_comment})
+    return rewind
+
+
+def rewind_cancel(*, rewind: RewindRequest, user, remote_addr: str = "") -> RewindRequest:
+    """The requester or an approver may cancel before a job claims it."""
+    if rewind.requested_by_id != user.pk and not user_has_role(user, APPROVER):
+        raise RewindRefused("only the requester or an approver may cancel a rewind", 403)
+    now = timezone.now()
+    with transaction.atomic():
+        if not RewindRequest.objects.filter(pk=rewind.pk, status__in=[Status.REQUESTED, Status.APPROVED]).update(
+                status=Status.CANCELLED, finished_at=now):
+            rewind.refresh_from_db()
+            raise RewindRefused(f"rewind #{rewind.pk} is {rewind.status}: it can no longer be cancelled", 409)
+        rewind.refresh_from_db()
+        _audit(rewind, "rewind.cancelled", actor=user.username, actor_user_id=user.pk, remote_addr=remote_addr)
+    return rewind
+
+
+def rewinds_expire(*, now: datetime | None = None) -> int:
+    """Requests not decided in time and approvals no job claimed in time expire (beat runs it)."""
+    now = now or timezone.now()
+    expired = 0
+    for rewind in RewindRequest.objects.filter(status__in=[Status.REQUESTED, Status.APPROVED], expires_at__lte=now):
+        with transaction.atomic():
+            was = rewind.status
+            if RewindRequest.objects.filter(pk=rewind.pk, status=was, expires_at__lte=now).update(
+                    status=Status.EXPIRED, finished_at=now,
+                    outcome="not approved in time" if was == Status.REQUESTED else "no job claimed it in time"):
+                rewind.refresh_from_db()
+                _audit(rewind, "rewind.expired", actor="system", details={"was": was})
+                expired += 1
+    # Applied, but no batch after it ever appeared: the job never really started.
+    limit = now - timedelta(seconds=settings.REWIND_VERIFY_TIMEOUT_S)
+    for rewind in RewindRequest.objects.filter(status=Status.APPLIED, applied_at__lte=limit):
+        _finish(rewind, Status.FAILED, f"no batch of the pipeline was seen within "
+                                        f"{human_duration(settings.REWIND_VERIFY_TIMEOUT_S)} of the job applying it")
+    return expired
+
+
+# --- jobs: claim, applied, failed -------------------------------------------------------------------------
+
+
+def rewind_for_job(*, pipeline: Pipeline) -> RewindRequest | None:
+    """The approved, unexpired rewind a job of this pipeline should apply, if any."""
+    return RewindRequest.objects.filter(
+        pipeline=pipeline, status=Status.APPROVED, mode=RewindRequest.Mode.JOB, expires_at__gt=timezone.now()
+    ).first()
+
+
+def rewind_claim(*, pipeline: Pipeline, rewind_id: int, instance: str, remote_addr: str = "") -> RewindRequest:
+    """Exactly one claimer wins: a conditional UPDATE from approved (and unexpired) to claimed."""
+    instance = (instance or "").strip()[:300]
+    if not instance:
+        raise RewindRefused("'instance' (who is claiming: host, process, run id) is required")
+    now = timezone.now()
+    with transaction.atomic():
+        won = RewindRequest.objects.filter(
+            pk=rewind_id, pipeline=pipeline, status=Status.APPROVED, mode=RewindRequest.Mode.JOB, expires_at__gt=now,
+        ).update(status=Status.CLAIMED, claimed_at=now, claimed_by=instance)
+        rewind = _job_rewind(pipeline, rewind_id)
+        if not won:
+            why = "its approval expired" if rewind.status == Status.APPROVED else f"it is {rewind.status}"
+            if rewind.status == Status.CLAIMED:
+                why = f"{rewind.claimed_by} claimed it at {rewind.claimed_at.isoformat(timespec='seconds')}"
+            raise RewindRefused(f"rewind #{rewind_id} cannot be claimed: {why}", 409)
+        _audit(rewind, "rewind.claimed", actor=f"job {instance}", remote_addr=remote_addr)
+    return rewind
+
+
+def rewind_applied(
+    *, pipeline: Pipeline, rewind_id: int, instance: str, offsets: dict, marker_batch_ms: int | None,
+    remote_addr: str = "",
+) -> RewindRequest:
+    """The job started from `offsets` (having saved them to its store as the batch at
+    `marker_batch_ms`). Offsets other than the target fail the rewind, with the difference."""
+    started = _offsets_payload(offsets)
+    now = timezone.now()
+    with transaction.atomic():
+        if not RewindRequest.objects.filter(pk=rewind_id, pipeline=pipeline, status=Status.CLAIMED,
+                                            claimed_by=(instance or "").strip()[:300]).update(
+                status=Status.APPLIED, applied_at=now, applied_offsets=started, marker_batch_ms=marker_batch_ms):
+            rewind = _job_rewind(pipeline, rewind_id)
+            raise RewindRefused(f"rewind #{rewind_id} is {rewind.status}"
+                                f"{' by ' + rewind.claimed_by if rewind.claimed_by else ''}: not claimed by {instance!r}", 409)
+        rewind = _job_rewind(pipeline, rewind_id)
+        _audit(rewind, "rewind.applied", actor=f"job {instance}", remote_addr=remote_addr,
+               before=rewind.before_offsets, after=started)
+    if started != rewind.target_offsets:
+        return _finish(rewind, Status.FAILED, "the job started elsewhere than the target: " +
+                       _difference(rewind.target_offsets, started))
+    return rewind
+
+
+def rewind_job_failed(*, pipeline: Pipeline, rewind_id: int, instance: str, error: str, remote_addr: str = "") -> RewindRequest:
+    """The job could not apply a rewind it claimed (e.g. its store refused the write)."""
+    rewind = _job_rewind(pipeline, rewind_id)
+    if rewind.status not in (Status.CLAIMED, Status.APPLIED) or rewind.claimed_by != (instance or "").strip()[:300]:
+        raise RewindRefused(f"rewind #{rewind_id} is {rewind.status}: not claimed by {instance!r}", 409)
+    return _finish(rewind, Status.FAILED, f"the job reported: {str(error)[:2000]}", actor=f"job {instance}",
+                   remote_addr=remote_addr)
+
+
+def _job_rewind(pipeline: Pipeline, rewind_id: int) -> RewindRequest:
+    rewind = RewindRequest.objects.filter(pk=rewind_id, pipeline=pipeline).first()
+    if rewind is None:
+        raise RewindRefused(f"no rewind #{rewind_id} for this pipeline", 404)
+    return rewind
+
+
+def _offsets_payload(offsets) -> dict[str, int]:
+    if not isinstance(offsets, dict) or not offsets or not all(
+        str(p).isdigit() and isinstance(o, int) and not isinstance(o, bool) and o >= 0 for p, o in offsets.items()
+    ):
+        raise RewindRefused("'offsets' must map partition ids to non-negative integers")
+    return {str(int(p)): o for p, o in sorted(offsets.items(), key=lambda kv: int(kv[0]))}
+
+
+# --- verification (the collectors) ---------------------------------------------------------------------
+
+
+def rewinds_verify(*, pipeline_ids: list[int]) -> int:
+    """Applied rewinds of these pipelines: verified when the batch that marks the start (the target
+    the job or the dashboard wrote) is in the store's history with exactly the target's offsets,
+    failed with the difference when it is not. Stores that keep only their current offsets may
+    have moved past the marker before a poll saw it: the first batch after it then must not be
+    behind the target anywhere. Returns how many were settled."""
+    settled = 0
+    for rewind in RewindRequest.objects.filter(pipeline_id__in=pipeline_ids, status=Status.APPLIED,
+                                               marker_batch_ms__isnull=False):
+        after = list(Batch.objects.filter(pipeline_id=rewind.pipeline_id, batch_time_ms__gte=rewind.marker_batch_ms)
+                     .order_by("batch_time_ms").values_list("batch_time_ms", "offsets")[:1])
+        if not after:
+            continue
+        batch_ms, offsets = after[0]
+        target = rewind.target_offsets
+        if batch_ms == rewind.marker_batch_ms:
+            if offsets == target:
+                _finish(rewind, Status.VERIFIED, f"the job's first batch after the restart starts at the target "
+                                                 f"(batch {_ms_text(batch_ms)})")
+            else:
+                _finish(rewind, Status.FAILED, f"the batch that should start at the target ({_ms_text(batch_ms)}) "
+                                               f"differs: {_difference(target, offsets)}")
+        else:
+            behind = {p: o for p, o in offsets.items() if p in target and o < target[p]}
+            if behind:
+                _finish(rewind, Status.FAILED, f"the first batch after the rewind ({_ms_text(batch_ms)}) is behind the "
+                                               f"target: {_difference(target, offsets)}")
+            else:
+                _finish(rewind, Status.VERIFIED, f"the store moved past the start before a poll saw it; its first batch "
+                                                 f"after the rewind ({_ms_text(batch_ms)}) continues from the target")
+        settled += 1
+    return settled
+
+
+def _difference(target: dict[str, int], actual: dict[str, int]) -> str:
+    parts = [f"partition {p}: {actual.get(p, '—')} instead of {o}" for p, o in sorted(target.items(), key=lambda kv: int(kv[0]))
+             if actual.get(p) != o]
+    return "; ".join(parts) or "no difference"
+
+
+def _finish(rewind: RewindRequest, status: str, outcome: str, *, actor: str = "system", remote_addr: str = "") -> RewindRequest:
+    now = timezone.now()
+    with transaction.atomic():
+        if RewindRequest.objects.filter(pk=rewind.pk, status=rewind.status).update(
+                status=status, finished_at=now, outcome=outcome):
+            rewind.refresh_from_db()
+            _audit(rewind, f"rewind.{status}", actor=actor, remote_addr=remote_addr, details={"outcome": outcome})
+    return rewind
+
+
+def _audit(rewind: RewindRequest, action: str, *, actor: str, actor_user_id: int | None = None,
+           remote_addr: str = "", before=None, after=None, details: dict | None = None) -> None:
+    audit_append(
+        actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr, action=action,
+        subject=f"rewind #{rewind.pk} of {rewind.pipeline.topic} / {rewind.pipeline.group} to {rewind.target_kind}",
+        pipeline=rewind.pipeline, before=before if before is not None else rewind.before_offsets,
+        after=after if after is not None else rewind.target_offsets, details=details or {},
+    )
+
+
+def pipeline_observed_stopped(*, pipeline: Pipeline, now: datetime | None = None) -> tuple[bool, str]:
+    """Whether the job is seen stopped: no batch for the status rules' STOPPED threshold."""
+    now = now or timezone.now()
+    if pipeline.last_batch_ms is None:
+        return True, "no batch was ever seen"
+    interval = batch_interval_s([t / 1000 for t in pipeline.recent_batch_ms])
+    threshold = max(settings.STALE_AFTER_S, settings.STOP_AFTER_INTERVALS * interval) if interval else settings.STALE_AFTER_S
+    silent = now.timestamp() - pipeline.last_batch_ms / 1000
+    if silent > threshold:
+        return True, f"no batch for {human_duration(silent)}"
+    return False, (f"its last batch was {human_duration(silent)} ago (stopped means none for "
+                   f"{human_duration(threshold)})")
+
+
+# --- write into the store (jobs that do not use the library) -------------------------------------------
+
+
+def rewind_write_to_store(*, rewind: RewindRequest, user, remote_addr: str = "") -> RewindRequest:
+    """For an approved rewind in store mode: write the target where the job will read it (a new
+    HBase row, ZooKeeper nodes, the offset file, the Kafka group's offsets), only while the job is
+    observed stopped. Verified later like any rewind: from the batch the write makes."""
+    from streamoffsets.errors import OffsetStoreError
+    from streamoffsets.store import open_store
+    from streamoffsets.types import BatchOffsets
+
+    if not user_has_role(user, OPERATOR):
+        raise RewindRefused(f"writing a rewind needs the operator role; {user.username!r} does not have it", 403)
+    if rewind.mode != RewindRequest.Mode.STORE:
+        raise RewindRefused(f"rewind #{rewind.pk} is applied by the job itself, not written into the store", 409)
+    pipeline = rewind.pipeline
+    stopped, why = pipeline_observed_stopped(pipeline=pipeline)
+    if not stopped:
+        raise RewindRefused(f"the job is not observed stopped ({why}): stop it, wait for the dashboard to see it "
+                            "stopped, then write the rewind", 409)
+    plan = rewind_plan(pipeline=pipeline, kind=rewind.target_kind, spec=rewind.target_spec)
+    if plan.problems:
+        raise RewindRefused("the target is no longer valid: " + "; ".join(plan.problems), 409)
+    instance = f"dashboard store write by {user.username}"
+    claimed = rewind_claim_for_store(rewind=rewind, instance=instance, remote_addr=remote_addr)
+    marker_ms = int(timezone.now().timestamp() * 1000)
+    target = {int(p): o for p, o in rewind.target_offsets.items()}
+    try:
+        with open_store(pipeline.store.url, timeout_s=settings.IO_TIMEOUT_S) as store:
+            store.save_batch(BatchOffsets(pipeline.topic, pipeline.group, marker_ms, target))
+    except (OffsetStoreError, OSError) as exc:
+        return _finish(claimed, Status.FAILED, f"writing the target into store {pipeline.store.name} failed: {exc}",
+                       actor=instance, remote_addr=remote_addr)
+    return rewind_applied(pipeline=pipeline, rewind_id=rewind.pk, instance=instance, offsets=rewind.target_offsets,
+                          marker_batch_ms=marker_ms, remote_addr=remote_addr)
+
+
+def rewind_claim_for_store(*, rewind: RewindRequest, instance: str, remote_addr: str = "") -> RewindRequest:
+    now = timezone.now()
+    with transaction.atomic():
+        if not RewindRequest.objects.filter(pk=rewind.pk, status=Status.APPROVED, mode=RewindRequest.Mode.STORE,
+                                            expires_at__gt=now).update(status=Status.CLAIMED, claimed_at=now,
+                                                                       claimed_by=instance):
+            rewind.refresh_from_db()
+            raise RewindRefused(f"rewind #{rewind.pk} is {rewind.status}: only an approved, unexpired rewind can be "
+                                "written", 409)
+        rewind.refresh_from_db()
+        _audit(rewind, "rewind.claimed", actor=instance, remote_addr=remote_addr)
+    return rewind
