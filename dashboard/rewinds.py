@@ -377,7 +377,8 @@ def rewind_write_to_store(*, rewind: RewindRequest, user, remote_addr: str = "")
         raise RewindRefused(f"writing a rewind needs the operator role; {user.username!r} does not have it", 403)
     if rewind.mode != RewindRequest.Mode.STORE:
         raise RewindRefused(f"rewind #{rewind.pk} is applied by the job itself, not written into the store", 409)
-    pipeline = rewind.pipeline
+    # The pipeline as it is now (not as cached on the rewind): "stopped" must be current.
+    pipeline = Pipeline.objects.select_related("store", "store__cluster").get(pk=rewind.pipeline_id)
     stopped, why = pipeline_observed_stopped(pipeline=pipeline)
     if not stopped:
         raise RewindRefused(f"the job is not observed stopped ({why}): stop it, wait for the dashboard to see it "

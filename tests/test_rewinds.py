@@ -1,0 +1,282 @@
+"""The rewind workflow through its services and the jobs' API: who may do what, hard errors,
+expiry, exactly-one claims, verification from the store's batches, every step audited."""
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connections
+from django.test import Client
+from django.utils import timezone
+
+from collectors.readers import StoreReading
+from dashboard import services
+from dashboard.audit import audit_verify
+from dashboard.models import AuditEvent, RewindRequest
+from dashboard.rewinds import (
+    RewindRefused, rewind_cancel, rewind_decide, rewind_request, rewind_write_to_store, rewinds_expire, rewinds_verify,
+)
+from dashboard.roles import APPROVER, OPERATOR, VIEWER
+from streamoffsets.types import BatchOffsets, PipelineKey
+from tests.factories import offline_pipeline, person
+
+pytestmark = pytest.mark.django_db
+T0 = 1_700_000_000_000
+
+
+@pytest.fixture
+def actors():
+    return {"olga": person("olga", OPERATOR), "amir": person("amir", APPROVER), "vera": person("vera", VIEWER),
+            "otto": person("otto", OPERATOR)}
+
+
+@pytest.fixture
+def payments(unique_name):
+    """Three batches (10 s apart) on 2 partitions; watermarks low 5, high 100 / 80."""
+    return offline_pipeline(unique_name, partitions={0: (5, 100), 1: (0, 80)},
+                            batches=[(T0, {0: 10, 1: 10}), (T0 + 10_000, {0: 30, 1: 20}), (T0 + 20_000, {0: 60, 1: 50})])
+
+
+def request(pipeline, user, **kw):
+    args = {"kind": "batch", "spec": {"batch_time_ms": T0 + 10_000}, "reason": "bad deploy wrote garbage"} | kw
+    return rewind_request(pipeline=pipeline, user=user, **args)
+
+
+def record_batch(pipeline, ms, offsets):
+    key = PipelineKey(pipeline.topic, pipeline.group)
+    services.store_reading_record(store=pipeline.store, reading=StoreReading(
+        pipelines=[key], batches={key: [BatchOffsets(pipeline.topic, pipeline.group, ms, offsets)]}))
+
+
+def test_request_shows_the_preview_and_is_audited(payments, actors):
+    r = request(payments, actors["olga"], ticket_url="https://tickets.example/INC-42")
+    assert r.status == "requested" and r.target_offsets == {"0": 30, "1": 20} and r.before_offsets == {"0": 60, "1": 50}
+    assert r.preview["reprocess"] == 60  # 30 + 30 messages read again
+    assert [row["reprocess"] for row in r.preview["rows"]] == [30, 30]
+    assert r.preview["replay_s"] == pytest.approx(60 / (90 / 20))  # at the job's rate: 90 records in 20 s
+    event = AuditEvent.objects.get(action="rewind.requested")
+    assert event.actor == "olga" and event.before == {"0": 60, "1": 50} and event.after == {"0": 30, "1": 20}
+    assert event.details["reason"] == "bad deploy wrote garbage"
+
+
+def test_who_may_request_and_what_is_refused(payments, actors):
+    with pytest.raises(RewindRefused, match="needs the operator role") as e:
+        request(payments, actors["vera"])
+    assert e.value.status == 403
+    with pytest.raises(RewindRefused, match="a reason is required"):
+        request(payments, actors["olga"], reason="  ")
+    with pytest.raises(RewindRefused, match="partition 0: target 2 is below the low watermark 5: the 3 messages"):
+        request(payments, actors["olga"], kind="offsets", spec={"offsets": {"0": 2}})
+    with pytest.raises(RewindRefused, match="partition 1: target 81 is above the high watermark 80"):
+        request(payments, actors["olga"], kind="shift", spec={"shift": 31})
+    with pytest.raises(RewindRefused, match="no batch of this pipeline at or before"):
+        request(payments, actors["olga"], kind="time", spec={"time_ms": T0 - 1})
+    assert not RewindRequest.objects.exists() and not AuditEvent.objects.exists()  # nothing half-done
+
+
+def test_one_open_rewind_per_pipeline(payments, actors):
+    first = request(payments, actors["olga"])
+    with pytest.raises(RewindRefused, match=f"already has an open rewind \\(#{first.pk}, requested\\)") as e:
+        request(payments, actors["otto"], kind="earliest", spec={})
+    assert e.value.status == 409
+    rewind_cancel(rewind=first, user=actors["olga"])
+    assert request(payments, actors["otto"], kind="earliest", spec={}).target_offsets == {"0": 5, "1": 0}
+
+
+def test_approval_needs_another_person_with_the_role(payments, actors):
+    r = request(payments, actors["olga"])
+    for user, message in ((actors["olga"], "needs the approver role"), (actors["vera"], "needs the approver role")):
+        with pytest.raises(RewindRefused, match=message):
+            rewind_decide(rewind=r, user=user, approve=True)
+    self_approver = person("sam", OPERATOR, APPROVER)
+    own = RewindRequest.objects.get(pk=r.pk)
+    rewind_cancel(rewind=own, user=actors["olga"])
+    mine = request(payments, self_approver)
+    with pytest.raises(RewindRefused, match="approved by someone other than its requester"):
+        rewind_decide(rewind=mine, user=self_approver, approve=True)
+    approved = rewind_decide(rewind=mine, user=actors["amir"], approve=True, comment="ok, INC-42")
+    assert approved.status == "approved" and approved.decided_by == actors["amir"]
+    with pytest.raises(RewindRefused, match="is approved, not awaiting a decision"):
+        rewind_decide(rewind=approved, user=actors["amir"], approve=False)
+
+
+def test_a_target_that_became_invalid_cannot_be_approved(payments, actors):
+    r = request(payments, actors["olga"])
+    # Retention moved the low watermark of partition 0 past the target since the request.
+    from streamoffsets.kafka import WatermarkResult
+    from streamoffsets.types import Watermarks
+
+    services.watermarks_record(cluster=payments.store.cluster, sampled_at=timezone.now(), result=WatermarkResult(
+        by_topic={payments.topic: {0: Watermarks(0, 40, 120), 1: Watermarks(1, 0, 90)}}))
+    with pytest.raises(RewindRefused, match="no longer valid: partition 0: target 30 is below the low watermark 40"):
+        rewind_decide(rewind=r, user=actors["amir"], approve=True)
+
+
+def test_requests_and_approvals_expire(payments, actors, settings):
+    r = request(payments, actors["olga"])
+    rewinds_expire(now=timezone.now() + timedelta(seconds=settings.REWIND_APPROVAL_TTL_S + 1))
+    r.refresh_from_db()
+    assert r.status == "expired" and r.outcome == "not approved in time"
+    with pytest.raises(RewindRefused, match="is expired, not awaiting a decision"):
+        rewind_decide(rewind=r, user=actors["amir"], approve=True)
+    r2 = request(payments, actors["olga"])
+    rewind_decide(rewind=r2, user=actors["amir"], approve=True)
+    rewinds_expire(now=timezone.now() + timedelta(seconds=settings.REWIND_CLAIM_TTL_S + 1))
+    r2.refresh_from_db()
+    assert r2.status == "expired" and r2.outcome == "no job claimed it in time"
+    assert [e.action for e in AuditEvent.objects.order_by("id")] == [
+        "rewind.requested", "rewind.expired", "rewind.requested", "rewind.approved", "rewind.expired"]
+
+
+# --- the jobs' API ---------------------------------------------------------------------------------
+
+
+def job_client(pipeline):
+    token = services.pipeline_token_issue(pipeline=pipeline, name="job")[1]
+    return Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+
+
+def approved(payments, actors):
+    r = request(payments, actors["olga"])
+    return rewind_decide(rewind=r, user=actors["amir"], approve=True)
+
+
+def test_the_job_finds_claims_applies_and_the_collectors_verify(payments, actors):
+    r = approved(payments, actors)
+    job = job_client(payments)
+    pending = job.get("/api/v1/rewinds/pending").json()["rewind"]
+    assert pending["id"] == r.pk and pending["target_offsets"] == {"0": 30, "1": 20}
+    claim = job.post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "host-a:123"}, content_type="application/json")
+    assert claim.status_code == 200 and claim.json()["rewind"]["status"] == "claimed"
+    assert job.get("/api/v1/rewinds/pending").json()["rewind"] is None  # claimed: no longer pending
+    # The job saved the target to its store as a batch, then reports where it started.
+    marker = T0 + 60_000
+    record_batch(payments, marker, {"0": 30, "1": 20})
+    applied = job.post(f"/api/v1/rewinds/{r.pk}/applied", {"instance": "host-a:123", "offsets": {"0": 30, "1": 20},
+                                                           "marker_batch_ms": marker}, content_type="application/json")
+    assert applied.status_code == 200 and applied.json()["rewind"]["status"] == "applied"
+    assert rewinds_verify(pipeline_ids=[payments.pk]) == 1
+    r.refresh_from_db()
+    assert r.status == "verified" and "starts at the target" in r.outcome
+    assert [e.action for e in AuditEvent.objects.order_by("id")] == [
+        "rewind.requested", "rewind.approved", "rewind.claimed", "rewind.applied", "rewind.verified"]
+    assert audit_verify().ok
+
+
+def test_a_marker_that_differs_from_the_target_fails_with_the_difference(payments, actors):
+    r = approved(payments, actors)
+    job = job_client(payments)
+    job.post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "a"}, content_type="application/json")
+    job.post(f"/api/v1/rewinds/{r.pk}/applied", {"instance": "a", "offsets": {"0": 30, "1": 20}, "marker_batch_ms": T0 + 60_000},
+             content_type="application/json")
+    record_batch(payments, T0 + 60_000, {"0": 30, "1": 50})  # partition 1 was not rewound
+    rewinds_verify(pipeline_ids=[payments.pk])
+    r.refresh_from_db()
+    assert r.status == "failed" and "partition 1: 50 instead of 20" in r.outcome
+
+
+def test_starting_elsewhere_than_the_target_fails_at_once(payments, actors):
+    r = approved(payments, actors)
+    job = job_client(payments)
+    job.post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "a"}, content_type="application/json")
+    body = job.post(f"/api/v1/rewinds/{r.pk}/applied", {"instance": "a", "offsets": {"0": 31, "1": 20}},
+                    content_type="application/json").json()["rewind"]
+    assert body["status"] == "failed" and "partition 0: 31 instead of 30" in body["outcome"]
+
+
+def test_forged_revoked_and_foreign_tokens_are_refused(payments, actors, unique_name):
+    r = approved(payments, actors)
+    forged = Client(HTTP_AUTHORIZATION="Bearer owp_not-a-real-token")
+    assert forged.get("/api/v1/rewinds/pending").status_code == 401
+    token_row, plain = services.pipeline_token_issue(pipeline=payments, name="old")
+    services.pipeline_token_revoke(token=token_row)
+    revoked = Client(HTTP_AUTHORIZATION=f"Bearer {plain}")
+    assert revoked.post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "x"}, content_type="application/json").status_code == 401
+    other = offline_pipeline(unique_name, partitions={0: (0, 5)}, batches=[(T0, {0: 1})])
+    response = job_client(other).post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "x"}, content_type="application/json")
+    assert response.status_code == 404 and "no rewind" in response.json()["error"]
+    assert Client().get("/api/v1/rewinds/pending").status_code == 401  # no token at all
+    r.refresh_from_db()
+    assert r.status == "approved"
+
+
+def test_an_expired_approval_cannot_be_claimed(payments, actors):
+    r = approved(payments, actors)
+    RewindRequest.objects.filter(pk=r.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    response = job_client(payments).post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "a"}, content_type="application/json")
+    assert response.status_code == 409 and "its approval expired" in response.json()["error"]
+
+
+def test_the_jobs_api_refuses_bad_bodies_with_clear_errors(payments, actors):
+    r = approved(payments, actors)
+    job = job_client(payments)
+    assert "instance" in job.post(f"/api/v1/rewinds/{r.pk}/claim", {}, content_type="application/json").json()["error"]
+    assert job.post(f"/api/v1/rewinds/{r.pk}/claim", "not json", content_type="application/json").status_code == 400
+    job.post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "a"}, content_type="application/json")
+    bad = job.post(f"/api/v1/rewinds/{r.pk}/applied", {"instance": "a", "offsets": {"0": -1}}, content_type="application/json")
+    assert bad.status_code == 400 and "non-negative integers" in bad.json()["error"]
+    wrong = job.post(f"/api/v1/rewinds/{r.pk}/applied", {"instance": "b", "offsets": {"0": 30, "1": 20}},
+                     content_type="application/json")
+    assert wrong.status_code == 409 and "not claimed by 'b'" in wrong.json()["error"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_many_simultaneous_claims_one_winner(unique_name):
+    olga, amir = person("olga", OPERATOR), person("amir", APPROVER)
+    p = offline_pipeline(unique_name, partitions={0: (0, 100)}, batches=[(T0, {0: 10}), (T0 + 10_000, {0: 50})])
+    r = rewind_decide(rewind=rewind_request(pipeline=p, user=olga, kind="earliest", spec={}, reason="replay"),
+                      user=amir, approve=True)
+    token = services.pipeline_token_issue(pipeline=p, name="job")[1]
+    results, barrier = [], threading.Barrier(12)
+
+    def claim(i: int) -> None:
+        try:
+            client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+            barrier.wait()
+            results.append(client.post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": f"job-{i}"},
+                                       content_type="application/json").status_code)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [200] + [409] * 11
+    r.refresh_from_db()
+    assert r.status == "claimed" and r.claimed_by.startswith("job-")
+    assert AuditEvent.objects.filter(action="rewind.claimed").count() == 1
+
+
+def test_write_into_the_store_only_while_the_job_is_stopped(stack, unique_name, actors):
+    """Store mode against the real HBase stand-in: refused while batches come, then written,
+    then verified from the row the collectors read."""
+    import time
+
+    from collectors.cycle import collect_once
+    from tests.factories import hbase_store_setup, save
+
+    s = hbase_store_setup(stack, unique_name, partitions=2, records=40)
+    now = int(time.time() * 1000)
+    for i, ms in enumerate((now - 4_000, now - 2_000, now)):
+        save(s, "etl", ms, {0: 5 * (i + 1), 1: 5 * (i + 1)})
+    collect_once()
+    from dashboard.models import Pipeline
+
+    pipeline = Pipeline.objects.get(store=s.store)
+    r = rewind_request(pipeline=pipeline, user=actors["olga"], kind="earliest", spec={}, reason="replay all",
+                       mode="store")
+    r = rewind_decide(rewind=r, user=actors["amir"], approve=True)
+    with pytest.raises(RewindRefused, match="not observed stopped .*its last batch was"):
+        rewind_write_to_store(rewind=r, user=actors["olga"])
+    # The job stops: its last batch is now older than the stop threshold.
+    Pipeline.objects.filter(pk=pipeline.pk).update(last_batch_ms=now - 600_000)
+    r = rewind_write_to_store(rewind=r, user=actors["olga"])
+    assert r.status == "applied"
+    assert s.hbase.load_latest(s.topic, "etl").offsets == {0: 0, 1: 0}  # the row the job will start from
+    collect_once()
+    r.refresh_from_db()
+    assert r.status == "verified"
+    assert audit_verify().ok
