@@ -359,16 +359,17 @@ def job_view(method: str):
         @csrf_exempt
         @wraps(view)
         def wrapped(request, *args, **kwargs):
-            if request.method != method:
-                response = json_error(405, f"method {request.method} is not allowed here; use {method}")
-                response["Allow"] = method
-                return response
+            # Who first, then how: a stranger learns nothing about the endpoint.
             token = bearer_token(request)
             if not token:
                 return json_error(401, "missing 'Authorization: Bearer <pipeline token>' header")
             pipeline = services.pipeline_for_token(token=token)
             if pipeline is None:
                 return json_error(401, "unknown or revoked pipeline token")
+            if request.method != method:
+                response = json_error(405, f"method {request.method} is not allowed here; use {method}")
+                response["Allow"] = method
+                return response
             payload = None
             if method == "POST":
                 try:

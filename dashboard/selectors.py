@@ -342,10 +342,16 @@ def _restart_markers(*, pipeline: Pipeline, since: datetime, until: datetime) ->
 
 
 def _rewind_markers(*, pipeline: Pipeline, since: datetime, until: datetime) -> list[Marker]:
-    """Rewinds of the pipeline's offsets. Empty until the rewind workflow exists: its
-    RewindRequest adds one Marker(kind="rewind") per executed request here (when it was
-    applied, with who asked and to which offsets), and every chart shows them."""
-    return []
+    """Rewinds applied to the pipeline (when the job or the dashboard applied them): who asked,
+    to what, and how it ended."""
+    from dashboard.models import RewindRequest
+
+    markers = []
+    for r in RewindRequest.objects.filter(pipeline=pipeline, applied_at__range=(since, until)).select_related("requested_by"):
+        target = ", ".join(f"p{p}: {o:,}" for p, o in r.target_offsets.items())
+        markers.append(Marker(r.applied_at, "rewind", f"rewind #{r.pk} to {r.target_kind} ({target}) by "
+                                                      f"{r.requested_by.username}: {r.status}"[:300]))
+    return markers
 
 
 # Each source of markers: a function (pipeline, since, until) -> list[Marker]. A new kind of event
@@ -561,3 +567,38 @@ def record_timestamp_positions(
                 lowest[key] = min(offset, lowest.get(key, offset))
     worst = sorted(lowest, key=lambda k: highs[k[0]][k[1]] - lowest[k], reverse=True)[:limit]
     return {key: lowest[key] for key in worst}
+
+
+# --- rewinds ---------------------------------------------------------------------------------------
+
+
+def pipeline_rewinds(*, pipeline: Pipeline, limit: int = 20) -> list:
+    from dashboard.models import RewindRequest
+
+    return list(RewindRequest.objects.filter(pipeline=pipeline).select_related("requested_by", "decided_by")
+                .order_by("-requested_at")[:limit])
+
+
+def rewinds_list(*, open_only: bool = False, limit: int = 200) -> list:
+    """Rewinds, open ones first, newest first."""
+    from dashboard.models import RewindRequest
+
+    rows = RewindRequest.objects.select_related("pipeline", "pipeline__store", "requested_by", "decided_by")
+    if open_only:
+        rows = rows.filter(status__in=RewindRequest.OPEN)
+    return sorted(rows.order_by("-requested_at")[:limit], key=lambda r: not r.is_open)
+
+
+def rewind_get(*, rewind_id: int):
+    from dashboard.models import RewindRequest
+
+    return RewindRequest.objects.select_related("pipeline", "pipeline__store", "pipeline__store__cluster",
+                                                "requested_by", "decided_by").get(pk=rewind_id)
+
+
+def rewind_events(*, rewind_id: int) -> list:
+    """The audit events of one rewind, oldest first (its timeline)."""
+    from dashboard.models import AuditEvent
+
+    return list(AuditEvent.objects.filter(action__startswith="rewind.", subject__startswith=f"rewind #{rewind_id} ")
+                .order_by("id"))

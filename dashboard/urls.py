@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from dashboard import views
+from dashboard import rewind_views, views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -21,6 +21,12 @@ urlpatterns = [
     path("exports/live/", views.export_jobs_live, name="export_jobs_live"),
     path("exports/<int:job_id>/download", views.export_job_download, name="export_job_download"),
     path("collectors/", views.collectors, name="collectors"),
+    path("pipelines/<int:pipeline_id>/rewind/", rewind_views.rewind_new, name="rewind_new"),
+    path("rewinds/", rewind_views.rewind_list, name="rewinds"),
+    path("rewinds/<int:rewind_id>/", rewind_views.rewind_detail, name="rewind"),
+    path("rewinds/<int:rewind_id>/decide", rewind_views.rewind_decide, name="rewind_decide"),
+    path("rewinds/<int:rewind_id>/cancel", rewind_views.rewind_cancel, name="rewind_cancel"),
+    path("rewinds/<int:rewind_id>/write", rewind_views.rewind_write, name="rewind_write"),
     path("assets/plotly.min.js", views.plotly_js, name="plotly_js"),
     path("healthz", views.healthz, name="healthz"),
     path("metrics", views.metrics_view, name="metrics"),

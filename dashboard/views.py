@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 from dashboard import charts, exports, metrics, params, selectors, services
 from dashboard.forms import OverviewFilterForm
 from dashboard.models import ExportJob, Pipeline
-from dashboard.roles import VIEWER, role_required
+from dashboard.roles import OPERATOR, VIEWER, role_required, user_has_role
 
 
 def _pipeline_or_404(pipeline_id: int) -> Pipeline:
@@ -72,6 +72,9 @@ def _pipeline_context(request, pipeline: Pipeline) -> dict:
         "evaluation": selectors.pipeline_evaluation(pipeline=pipeline),
         "incidents": selectors.pipeline_incidents(pipeline=pipeline),
         "start_reports": selectors.pipeline_start_reports(pipeline=pipeline),
+        "rewinds": selectors.pipeline_rewinds(pipeline=pipeline),
+        # Operators get a "rewind here" link on every batch row.
+        "can_request_rewind": user_has_role(request.user, OPERATOR),
         "page_obj": page_obj,
         "batch_partitions": batch_partitions,
         "batch_rows": batch_rows,

@@ -169,8 +169,11 @@ def test_unknown_paths_and_methods_are_json_errors(client, alice, billing):
         assert response.status_code == 404 and "no API endpoint" in response.json()["error"], path
     response = client.post(reverse("api_pipeline", args=[billing.pk]))
     assert response.status_code == 405 and response["Allow"] == "GET" and "use GET" in response.json()["error"]
-    response = client.get(reverse("api_start_report"))
+    token = services.pipeline_token_issue(pipeline=billing, name="job")[1]
+    response = client.get(reverse("api_start_report"), headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 405 and "use POST" in response.json()["error"]
+    # A job endpoint asks who is calling first: without its token a wrong method is a 401.
+    assert client.get(reverse("api_start_report")).status_code == 401
 
 
 def _batches_pipeline(unique_name, count: int):
@@ -354,7 +357,11 @@ def test_every_spec_path_resolves_to_an_api_view_and_every_route_is_in_the_spec(
             other = "post" if method == "get" else "get"
             if other not in operations:
                 answer = getattr(client, other)(example)
-                assert answer.status_code == 405 and "error" in answer.json(), (path, other)
+                if {"pipelineToken": []} in operation.get("security", []):
+                    # Jobs' endpoints authenticate before anything else: no token, 401 whatever the method.
+                    assert answer.status_code == 401 and "error" in answer.json(), (path, other)
+                else:
+                    assert answer.status_code == 405 and "error" in answer.json(), (path, other)
     with pytest.raises(Resolver404):
         resolve("/api/v2/pipelines")
 

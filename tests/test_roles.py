@@ -82,7 +82,7 @@ def _routes(resolver=None, prefix=""):
             yield prefix + str(entry.pattern), entry.name
 
 
-EXAMPLE_IDS = {"<int:pipeline_id>": "1", "<int:job_id>": "1"}
+EXAMPLE_IDS = {"<int:pipeline_id>": "1", "<int:job_id>": "1", "<int:rewind_id>": "1"}
 
 
 def _example(route: str) -> str:

@@ -41,3 +41,14 @@ def age_ms(epoch_ms, now) -> str:
 def age(when, now) -> str:
     """How long before `now` a datetime was."""
     return "—" if when is None else duration(max(0.0, (now - when).total_seconds()))
+
+
+@register.filter
+def ms_datetime(epoch_ms) -> str:
+    """An epoch-milliseconds time as 2026-11-22 13:45:01.123 (UTC)."""
+    from datetime import datetime, timezone
+
+    try:
+        return datetime.fromtimestamp(int(epoch_ms) / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "—"
