@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from dashboard import views
+from dashboard import audit_views, views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -21,6 +21,10 @@ urlpatterns = [
     path("exports/live/", views.export_jobs_live, name="export_jobs_live"),
     path("exports/<int:job_id>/download", views.export_job_download, name="export_job_download"),
     path("collectors/", views.collectors, name="collectors"),
+    path("audit/", audit_views.audit_log, name="audit"),
+    path("audit/verify", audit_views.audit_verify_now, name="audit_verify"),
+    path("audit/export.csv", audit_views.audit_export, {"fmt": "csv"}, name="audit_export_csv"),
+    path("audit/export.json", audit_views.audit_export, {"fmt": "json"}, name="audit_export_json"),
     path("assets/plotly.min.js", views.plotly_js, name="plotly_js"),
     path("healthz", views.healthz, name="healthz"),
     path("metrics", views.metrics_view, name="metrics"),

@@ -41,3 +41,11 @@ def age_ms(epoch_ms, now) -> str:
 def age(when, now) -> str:
     """How long before `now` a datetime was."""
     return "—" if when is None else duration(max(0.0, (now - when).total_seconds()))
+
+
+@register.filter
+def audit_change(event) -> list[str]:
+    """An audit event's before → after, one short line per key ("p0: 120 → 40")."""
+    from dashboard.audit import change_lines
+
+    return change_lines(event.get("before"), event.get("after"))
