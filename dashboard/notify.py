@@ -204,7 +204,8 @@ def notify_rewind(*, event: str, rewind_summary: dict) -> None:
     try:
         message = rewind_message(event=event, rewind_summary=rewind_summary)
     except Exception:  # a malformed summary must not fail the rewind it describes
-        log.exception("notification of rewind %s %s could not be built", rewind_summary.get("id"), event)
+        rewind_id = rewind_summary.get("id") if isinstance(rewind_summary, dict) else None
+        log.exception("notification of rewind %s %s could not be built", rewind_id, event)
         return
     notifier().send(message)
 
