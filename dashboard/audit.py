@@ -92,3 +92,134 @@ def audit_verify() -> Verification:
                                 f"event {event.pk} ({event.action}) was changed after it was written")
         prev, prev_id, checked = event.hash, event.pk, checked + 1
     return Verification(True, checked)
+
+
+# --- who and where ------------------------------------------------------------------------------
+
+
+def request_actor(request) -> dict:
+    """Who made a request and from where, as keyword arguments of audit_append and of the
+    services that audit (`services.api_token_revoke(token=t, **request_actor(request))`).
+
+    The address is REMOTE_ADDR: no proxy is trusted by the settings, so X-Forwarded-For (which
+    any client can send) is never believed."""
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated:
+        name = user.get_username()
+        if getattr(request, "auth_method", "") == "token":
+            name += " (API token)"
+        user_id = user.pk
+    else:
+        name, user_id = "anonymous", None
+    return {"actor": name, "actor_user_id": user_id, "remote_addr": request.META.get("REMOTE_ADDR", "")}
+
+
+def command_actor(command: str) -> dict:
+    """The actor of a management command: the command and the operating-system account that ran
+    it (whoever has a shell on the server can run it, so that account is all there is to name)."""
+    import getpass
+    import os
+
+    try:
+        os_user = getpass.getuser()
+    except (KeyError, OSError):  # a container uid without a passwd entry
+        os_user = f"uid {os.getuid()}"
+    return {"actor": f"manage.py {command} (system user {os_user})", "actor_user_id": None, "remote_addr": ""}
+
+
+# --- before/after of model changes --------------------------------------------------------------
+
+# Never written to the log, whatever the model: a secret in an append-only table cannot be removed.
+_SECRET_FIELDS = {"password", "token_hash"}
+
+
+def _without_password(url: str) -> str:
+    """A URL with the password of its user part masked (kafka://user:secret@host -> user:***@host)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def model_snapshot(obj, *, fields: list[str] | None = None) -> dict:
+    """The recordable values of a model instance's editable fields (or `fields`): foreign keys by
+    their name (what a reader knows them by), times as ISO text, URL passwords masked, secret
+    fields left out."""
+    values = {}
+    for field in obj._meta.concrete_fields:
+        if field.primary_key or not field.editable or field.name in _SECRET_FIELDS:
+            continue
+        if fields is not None and field.name not in fields:
+            continue
+        if field.is_relation:
+            related = getattr(obj, field.name, None)
+            value = None if related is None else str(related)
+        else:
+            value = field.value_from_object(obj)
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, str) and "://" in value:
+                value = _without_password(value)
+        values[field.name] = value
+    return values
+
+
+def changed_values(before: dict, after: dict) -> tuple[dict, dict]:
+    """Only the keys whose values differ, from both sides."""
+    keys = [k for k in {**before, **after} if before.get(k) != after.get(k)]
+    return {k: before.get(k) for k in keys}, {k: after.get(k) for k in keys}
+
+
+# --- showing changes ----------------------------------------------------------------------------
+
+
+def _shown(value) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, list) and all(isinstance(v, (str, int)) for v in value):
+        return ", ".join(map(str, value)) if value else "(none)"  # roles: "operator, viewer"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return str(value)
+
+
+def change_lines(before, after) -> list[str]:
+    """A change, compactly, one line per key: offsets per partition as "p0: 120 → 40", other
+    values as "url: a → b"; a side that is not a mapping is shown whole."""
+    if not isinstance(before, dict) and not isinstance(after, dict):
+        if before is None and after is None:
+            return []
+        return [f"{_shown(before)} → {_shown(after)}"]
+    before = before if isinstance(before, dict) else {}
+    after = after if isinstance(after, dict) else {}
+    keys = list(dict.fromkeys([*before, *after]))
+    if all(str(k).isdigit() for k in keys):  # partitions: numeric order, "p" names them
+        keys.sort(key=lambda k: int(k))
+        return [f"p{k}: {_shown(before.get(k))} → {_shown(after.get(k))}" for k in keys]
+    return [f"{k}: {_shown(before.get(k))} → {_shown(after.get(k))}" for k in keys]
+
+
+# The families of actions, for the audit page's filter (a family matches "<family>.<anything>",
+# so actions added later, e.g. by the rewind workflow, are found without a change here).
+ACTION_FAMILIES = {
+    "rewind": "rewinds",
+    "store": "stores",
+    "cluster": "clusters",
+    "pipeline": "pipelines",
+    "user": "users and roles",
+    "token": "tokens",
+}
+# The actions this module's callers write outside the rewind workflow (which names its own).
+KNOWN_ACTIONS = (
+    "cluster.created", "cluster.changed", "cluster.deleted",
+    "store.created", "store.changed", "store.deleted",
+    "pipeline.created", "pipeline.declared", "pipeline.changed", "pipeline.deleted",
+    "user.created", "user.changed", "user.roles_changed", "user.password_changed", "user.deleted",
+    "token.issued", "token.revoked", "token.deleted",
+)

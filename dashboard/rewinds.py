@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from dashboard import notify
 from dashboard.audit import audit_append
 from dashboard.models import Batch, Pipeline, RewindRequest, WatermarkSample
 from dashboard.roles import APPROVER, OPERATOR, user_has_role
@@ -130,6 +131,7 @@ def rewind_request(
             _audit(rewind, "rewind.requested", actor=user.username, actor_user_id=user.pk, remote_addr=remote_addr,
                    details={"reason": rewind.reason, "ticket_url": ticket_url, "target": {"kind": kind, **spec},
                             "mode": mode, "preview": rewind.preview})
+            notify.notify_rewind(event="requested", rewind_summary=rewind_summary(rewind))
     except IntegrityError:
         open_one = RewindRequest.objects.filter(pipeline=pipeline, status__in=RewindRequest.OPEN).first()
         raise RewindRefused(f"this pipeline already has an open rewind (#{open_one.pk if open_one else '?'}, "
@@ -168,6 +170,7 @@ def rewind_decide(
         rewind.refresh_from_db()
         _audit(rewind, "rewind.approved" if approve else "rewind.rejected", actor=user.username, actor_user_id=user.pk,
                remote_addr=remote_addr, details={"comment": rewind.decision_comment})
+        notify.notify_rewind(event="approved" if approve else "rejected", rewind_summary=rewind_summary(rewind))
     return rewind
 
 
@@ -336,6 +339,22 @@ def _finish(rewind: RewindRequest, status: str, outcome: str, *, actor: str = "s
             rewind.refresh_from_db()
             _audit(rewind, f"rewind.{status}", actor=actor, remote_addr=remote_addr, details={"outcome": outcome})
     return rewind
+
+
+def rewind_summary(rewind: RewindRequest) -> dict:
+    """What notifications say about a rewind (dashboard.notify)."""
+    from django.urls import reverse
+
+    pipeline = rewind.pipeline
+    return {
+        "id": rewind.pk, "pipeline": pipeline.pk, "topic": pipeline.topic, "group": pipeline.group,
+        "store": pipeline.store.name, "status": rewind.status, "requested_by": rewind.requested_by.username,
+        "approved_by": rewind.decided_by.username if rewind.decided_by_id and rewind.status != Status.REJECTED else None,
+        "reason": rewind.reason, "ticket_url": rewind.ticket_url or None,
+        "target": {"kind": rewind.target_kind, **rewind.target_spec},
+        "before": rewind.before_offsets, "after": rewind.target_offsets,
+        "url": settings.PUBLIC_URL.rstrip("/") + reverse("rewind", args=[rewind.pk]) if settings.PUBLIC_URL else None,
+    }
 
 
 def _audit(rewind: RewindRequest, action: str, *, actor: str, actor_user_id: int | None = None,

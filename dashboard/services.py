@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from collectors.readers import StoreReading
 from dashboard import charts, exports, selectors, sparkline
+from dashboard.audit import audit_append, changed_values
 from dashboard.bulk import copy_insert
 from dashboard.models import (
     ApiToken,
@@ -429,17 +430,46 @@ def _token_new(prefix: str) -> str:
     return prefix + secrets.token_urlsafe(32)
 
 
-def pipeline_token_issue(*, pipeline: Pipeline, name: str) -> tuple[PipelineToken, str]:
-    """A new token for a pipeline's job. The plain token is returned once and never stored."""
+@transaction.atomic
+def pipeline_token_issue(
+    *, pipeline: Pipeline, name: str, actor: str = "system", actor_user_id: int | None = None, remote_addr: str = "",
+) -> tuple[PipelineToken, str]:
+    """A new token for a pipeline's job. The plain token is returned once and never stored; the
+    audit event names its prefix only."""
     plain = _token_new(TOKEN_PREFIX)
     token = PipelineToken.objects.create(pipeline=pipeline, name=name, token_hash=token_hash(plain), prefix=plain[:12])
+    audit_append(action="token.issued", subject=f"pipeline token {token.prefix}… ({name}) for {pipeline}",
+                 pipeline=pipeline, after={"kind": "pipeline", "prefix": token.prefix, "name": name},
+                 actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr)
     return token, plain
 
 
-def pipeline_token_revoke(*, token: PipelineToken) -> None:
+@transaction.atomic
+def pipeline_token_revoke(
+    *, token: PipelineToken, actor: str = "system", actor_user_id: int | None = None, remote_addr: str = "",
+) -> None:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
+        audit_append(action="token.revoked", subject=f"pipeline token {token.prefix}… ({token.name}) for {token.pipeline}",
+                     pipeline=token.pipeline, before={"revoked_at": None},
+                     after={"revoked_at": token.revoked_at.isoformat()},
+                     actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr)
+
+
+@transaction.atomic
+def pipeline_get_or_declare(
+    *, store: Store, topic: str, group: str, actor: str = "system", actor_user_id: int | None = None,
+    remote_addr: str = "",
+) -> tuple[Pipeline, bool]:
+    """The pipeline, declared by a person before the collectors discovered it (so its job can
+    report from its first start); a declaration is audited, a discovery by the collectors is not."""
+    pipeline, created = Pipeline.objects.get_or_create(store=store, topic=topic, group=group)
+    if created:
+        audit_append(action="pipeline.declared", subject=f"pipeline {pipeline} in store {store.name}", pipeline=pipeline,
+                     after={"store": store.name, "topic": topic, "group": group},
+                     actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr)
+    return pipeline, created
 
 
 def pipeline_for_token(*, token: str) -> Pipeline | None:
@@ -455,17 +485,33 @@ def pipeline_for_token(*, token: str) -> Pipeline | None:
 API_TOKEN_TOUCH_EVERY = timedelta(seconds=60)
 
 
-def api_token_issue(*, user, name: str) -> tuple[ApiToken, str]:
-    """A new API token acting as `user`. The plain token is returned once and never stored."""
+@transaction.atomic
+def api_token_issue(
+    *, user, name: str, actor: str = "system", actor_user_id: int | None = None, remote_addr: str = "",
+) -> tuple[ApiToken, str]:
+    """A new API token acting as `user`. The plain token is returned once and never stored; the
+    audit event names its prefix only."""
     plain = _token_new(API_TOKEN_PREFIX)
     token = ApiToken.objects.create(user=user, name=name, token_hash=token_hash(plain), prefix=plain[:12])
+    audit_append(action="token.issued", subject=f"API token {token.prefix}… ({name}) acting as {user.get_username()}",
+                 after={"kind": "api", "prefix": token.prefix, "name": name, "user": user.get_username()},
+                 details={"user_id": user.pk},
+                 actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr)
     return token, plain
 
 
-def api_token_revoke(*, token: ApiToken) -> None:
+@transaction.atomic
+def api_token_revoke(
+    *, token: ApiToken, actor: str = "system", actor_user_id: int | None = None, remote_addr: str = "",
+) -> None:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
+        audit_append(action="token.revoked",
+                     subject=f"API token {token.prefix}… ({token.name}) acting as {token.user.get_username()}",
+                     before={"revoked_at": None}, after={"revoked_at": token.revoked_at.isoformat()},
+                     details={"user_id": token.user_id},
+                     actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr)
 
 
 def api_token_user(*, token: str):
@@ -492,11 +538,13 @@ class InvalidUser(ValueError):
 
 @transaction.atomic
 def user_create_or_update(
-    *, username: str, roles: list[str], password: str | None = None, email: str | None = None
+    *, username: str, roles: list[str], password: str | None = None, email: str | None = None,
+    actor: str = "system", actor_user_id: int | None = None, remote_addr: str = "",
 ) -> tuple[object, bool]:
     """Create a user or update an existing one: its role groups become exactly `roles` (other
     groups are kept), the password and email are set when given. Returns (user, created).
-    A new user without a password gets an unusable one: it can only act through API tokens."""
+    A new user without a password gets an unusable one: it can only act through API tokens.
+    What changed is audited (roles, email, whether a password was set; never the password)."""
     from django.contrib.auth import get_user_model, password_validation
     from django.contrib.auth.models import Group
     from django.core.exceptions import ValidationError
@@ -520,6 +568,9 @@ def user_create_or_update(
             raise InvalidUser(f"email {email!r} is not a valid address") from None
     user = User.objects.filter(**{User.USERNAME_FIELD: username}).first()
     created = user is None
+    before = None if created else {
+        "email": user.email, "roles": sorted(user.groups.filter(name__in=ROLES).values_list("name", flat=True))}
+    had_password = not created and user.has_usable_password()
     if created:
         user = User(**{User.USERNAME_FIELD: username})
     if email is not None:
@@ -537,6 +588,20 @@ def user_create_or_update(
     wanted = [Group.objects.get_or_create(name=role)[0] for role in roles]
     user.groups.remove(*Group.objects.filter(name__in=ROLES).exclude(name__in=roles))
     user.groups.add(*wanted)
+    after = {"email": user.email, "roles": sorted(set(roles))}
+    if created:
+        after["password"] = "set" if password is not None else "none (API tokens only)"
+        audit_append(action="user.created", subject=f"user {username}", after=after, details={"user_id": user.pk},
+                     actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr)
+    else:
+        before, after = changed_values(before, after)
+        if password is not None:
+            before["password"] = "set" if had_password else "none (API tokens only)"
+            after["password"] = "changed"
+        if after:
+            audit_append(action="user.roles_changed" if "roles" in after else "user.changed",
+                         subject=f"user {username}", before=before, after=after, details={"user_id": user.pk},
+                         actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr)
     return user, created
 
 

@@ -14,3 +14,21 @@ def export_run(job_id: int) -> None:
     from dashboard import services
 
     services.export_job_run(job_id=job_id)
+
+
+@shared_task(bind=True, name="dashboard.tasks.notify_deliver", ignore_result=True, soft_time_limit=120, time_limit=150)
+def notify_deliver(self, channel: str, message: dict) -> None:
+    """Deliver one notification on one channel (dashboard.notify); transient failures are retried
+    with growing pauses, and the last one is logged, never raised further."""
+    from django.conf import settings
+
+    from dashboard import notify
+
+    try:
+        notify.deliver(channel=channel, message=message)
+    except notify.TransientDeliveryError as exc:
+        if self.request.retries >= settings.NOTIFY_RETRIES:
+            notify.delivery_abandoned(channel=channel, message=message, attempts=self.request.retries + 1, error=exc)
+            return
+        raise self.retry(exc=exc, countdown=notify.retry_pause_s(self.request.retries),
+                         max_retries=settings.NOTIFY_RETRIES) from None

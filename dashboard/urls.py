@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from dashboard import rewind_views, views
+from dashboard import audit_views, rewind_views, views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -27,6 +27,10 @@ urlpatterns = [
     path("rewinds/<int:rewind_id>/decide", rewind_views.rewind_decide, name="rewind_decide"),
     path("rewinds/<int:rewind_id>/cancel", rewind_views.rewind_cancel, name="rewind_cancel"),
     path("rewinds/<int:rewind_id>/write", rewind_views.rewind_write, name="rewind_write"),
+    path("audit/", audit_views.audit_log, name="audit"),
+    path("audit/verify", audit_views.audit_verify_now, name="audit_verify"),
+    path("audit/export.csv", audit_views.audit_export, {"fmt": "csv"}, name="audit_export_csv"),
+    path("audit/export.json", audit_views.audit_export, {"fmt": "json"}, name="audit_export_json"),
     path("assets/plotly.min.js", views.plotly_js, name="plotly_js"),
     path("healthz", views.healthz, name="healthz"),
     path("metrics", views.metrics_view, name="metrics"),

@@ -38,6 +38,11 @@ def payments(unique_name):
                             batches=[(T0, {0: 10, 1: 10}), (T0 + 10_000, {0: 30, 1: 20}), (T0 + 20_000, {0: 60, 1: 50})])
 
 
+def rewind_events() -> list[str]:
+    """The rewind actions in the audit log, in order (people's accounts are audited too)."""
+    return list(AuditEvent.objects.filter(action__startswith="rewind.").order_by("id").values_list("action", flat=True))
+
+
 def request(pipeline, user, **kw):
     args = {"kind": "batch", "spec": {"batch_time_ms": T0 + 10_000}, "reason": "bad deploy wrote garbage"} | kw
     return rewind_request(pipeline=pipeline, user=user, **args)
@@ -72,7 +77,7 @@ def test_who_may_request_and_what_is_refused(payments, actors):
         request(payments, actors["olga"], kind="shift", spec={"shift": 31})
     with pytest.raises(RewindRefused, match="no batch of this pipeline at or before"):
         request(payments, actors["olga"], kind="time", spec={"time_ms": T0 - 1})
-    assert not RewindRequest.objects.exists() and not AuditEvent.objects.exists()  # nothing half-done
+    assert not RewindRequest.objects.exists() and not rewind_events()  # nothing half-done
 
 
 def test_one_open_rewind_per_pipeline(payments, actors):
@@ -125,7 +130,7 @@ def test_requests_and_approvals_expire(payments, actors, settings):
     rewinds_expire(now=timezone.now() + timedelta(seconds=settings.REWIND_CLAIM_TTL_S + 1))
     r2.refresh_from_db()
     assert r2.status == "expired" and r2.outcome == "no job claimed it in time"
-    assert [e.action for e in AuditEvent.objects.order_by("id")] == [
+    assert rewind_events() == [
         "rewind.requested", "rewind.expired", "rewind.requested", "rewind.approved", "rewind.expired"]
 
 
@@ -159,7 +164,7 @@ def test_the_job_finds_claims_applies_and_the_collectors_verify(payments, actors
     assert rewinds_verify(pipeline_ids=[payments.pk]) == 1
     r.refresh_from_db()
     assert r.status == "verified" and "starts at the target" in r.outcome
-    assert [e.action for e in AuditEvent.objects.order_by("id")] == [
+    assert rewind_events() == [
         "rewind.requested", "rewind.approved", "rewind.claimed", "rewind.applied", "rewind.verified"]
     assert audit_verify().ok
 
@@ -280,3 +285,22 @@ def test_write_into_the_store_only_while_the_job_is_stopped(stack, unique_name, 
     r.refresh_from_db()
     assert r.status == "verified"
     assert audit_verify().ok
+
+
+def test_request_and_approval_notify_with_before_and_after(payments, actors, django_capture_on_commit_callbacks, settings):
+    """A delivery is queued after each commit; the summary carries the offsets and the people."""
+    from dashboard import notify
+    from dashboard.rewinds import rewind_summary
+
+    settings.NOTIFY_WEBHOOK_URL = "http://127.0.0.1:9/hook"
+    settings.PUBLIC_URL = "https://offsetwatch.example.com"
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        r = request(payments, actors["olga"])
+        rewind_decide(rewind=r, user=actors["amir"], approve=True)
+    assert len(callbacks) == 2  # requested, approved: one webhook delivery each, after commit
+    summary = rewind_summary(RewindRequest.objects.get(pk=r.pk))
+    assert summary["before"] == {"0": 60, "1": 50} and summary["after"] == {"0": 30, "1": 20}
+    assert summary["requested_by"] == "olga" and summary["approved_by"] == "amir"
+    assert summary["url"] == f"https://offsetwatch.example.com/rewinds/{r.pk}/"
+    text = str(notify.rewind_message(event="approved", rewind_summary=summary))
+    assert "amir" in text and "bad deploy wrote garbage" in text

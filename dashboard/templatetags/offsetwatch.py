@@ -52,3 +52,11 @@ def ms_datetime(epoch_ms) -> str:
         return datetime.fromtimestamp(int(epoch_ms) / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
     except (TypeError, ValueError, OverflowError, OSError):
         return "—"
+
+
+@register.filter
+def audit_change(event) -> list[str]:
+    """An audit event's before → after, one short line per key ("p0: 120 → 40")."""
+    from dashboard.audit import change_lines
+
+    return change_lines(event.get("before"), event.get("after"))

@@ -14,6 +14,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from dashboard import services
+from dashboard.audit import command_actor
 from dashboard.roles import ROLES
 
 
@@ -47,7 +48,8 @@ class Command(BaseCommand):
             raise CommandError("the password is empty" + (f" (in {password_file})" if password_file else " (stdin)"))
         try:
             user, created = services.user_create_or_update(
-                username=username, roles=list(dict.fromkeys(role)), password=password, email=email)
+                username=username, roles=list(dict.fromkeys(role)), password=password, email=email,
+                **command_actor("create_user"))
         except services.InvalidUser as exc:
             raise CommandError(str(exc)) from None
         how = "created" if created else "updated"

@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from dashboard import services
+from dashboard.audit import command_actor
 from dashboard.roles import user_roles
 
 
@@ -32,7 +33,8 @@ class Command(BaseCommand):
         if not roles:
             raise CommandError(f"user {user!r} has no role: its token would get 403 everywhere; "
                                f"give it one first (manage.py create_user {user} --role viewer)")
-        token, plain = services.api_token_issue(user=found, name=name.strip()[:200])
+        token, plain = services.api_token_issue(user=found, name=name.strip()[:200],
+                                               **command_actor("issue_api_token"))
         self.stderr.write(f"token {token.prefix}… for {user!r} (roles: {', '.join(sorted(roles))}); "
                           "it is shown only once:")
         self.stdout.write(plain)

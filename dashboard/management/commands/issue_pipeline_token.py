@@ -6,9 +6,11 @@ if the collectors have not discovered it yet, so a job can report from its very 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
 from dashboard import services
-from dashboard.models import Pipeline, Store
+from dashboard.audit import command_actor
+from dashboard.models import Store
 
 
 class Command(BaseCommand):
@@ -25,8 +27,10 @@ class Command(BaseCommand):
             store_obj = Store.objects.get(name=store)
         except Store.DoesNotExist:
             raise CommandError(f"no store named {store!r}; stores: {', '.join(Store.objects.values_list('name', flat=True))}") from None
-        pipeline, created = Pipeline.objects.get_or_create(store=store_obj, topic=topic, group=group)
-        token, plain = services.pipeline_token_issue(pipeline=pipeline, name=name)
+        who = command_actor("issue_pipeline_token")
+        with transaction.atomic():  # a declared pipeline and its token, with their audit events, or nothing
+            pipeline, created = services.pipeline_get_or_declare(store=store_obj, topic=topic, group=group, **who)
+            token, plain = services.pipeline_token_issue(pipeline=pipeline, name=name, **who)
         if created:
             self.stderr.write(f"declared pipeline {topic}/{group} in store {store}")
         self.stderr.write(f"token {token.prefix}… for pipeline {pipeline.pk} ({topic}/{group}); it is shown only once:")
