@@ -420,3 +420,21 @@ class RewindRequest(models.Model):
     @property
     def is_open(self) -> bool:
         return self.status in self.OPEN
+
+    @property
+    def target_text(self) -> str:
+        """The target as people say it: "the batch of 2026-11-22 13:45:01.123 UTC", "shift by -500"."""
+        spec = self.target_spec or {}
+
+        def when(ms) -> str:
+            return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+        if self.target_kind == "batch" and isinstance(spec.get("batch_time_ms"), int):
+            return f"the batch of {when(spec['batch_time_ms'])}"
+        if self.target_kind == "time" and isinstance(spec.get("time_ms"), int):
+            return f"the newest batch at or before {when(spec['time_ms'])}"
+        if self.target_kind == "shift":
+            return f"shift every partition by {spec.get('shift'):+,} messages"
+        if self.target_kind == "offsets":
+            return "explicit offsets"
+        return self.target_kind
