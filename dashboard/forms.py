@@ -55,6 +55,10 @@ class RewindRequestForm(forms.Form):
     time = forms.DateTimeField(required=False, label="time", input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S",
                                                                              "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"],
                                widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": 1}))
+    time_source = forms.ChoiceField(required=False, initial="history", widget=forms.RadioSelect, choices=[
+        ("history", "from the batch history (the newest batch at or before it)"),
+        ("broker", "from the broker's timestamp index (the first record at or after it; Kafka 0.10.1+)"),
+    ])
     offsets = forms.CharField(required=False, max_length=20_000, label="offsets",
                               help_text="partition:offset pairs, e.g. 0:1200, 1:980")
     shift = forms.IntegerField(required=False, label="shift by", help_text="negative: back (re-read), positive: forward (skip)",
@@ -80,6 +84,8 @@ class RewindRequestForm(forms.Form):
                 self.add_error("time", "give the point in time to rewind to")
             else:
                 spec = {"time_ms": int(data["time"].timestamp() * 1000)}
+                if data.get("time_source") == "broker":
+                    spec["source"] = "broker"
         elif kind == "offsets":
             try:
                 spec = {"offsets": parse_offsets(data.get("offsets") or "")}

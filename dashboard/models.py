@@ -432,6 +432,8 @@ class RewindRequest(models.Model):
         if self.target_kind == "batch" and isinstance(spec.get("batch_time_ms"), int):
             return f"the batch of {when(spec['batch_time_ms'])}"
         if self.target_kind == "time" and isinstance(spec.get("time_ms"), int):
+            if spec.get("source") == "broker":
+                return f"the first records at or after {when(spec['time_ms'])} (broker's timestamp index)"
             return f"the newest batch at or before {when(spec['time_ms'])}"
         if self.target_kind == "shift":
             return f"shift every partition by {spec.get('shift'):+,} messages"

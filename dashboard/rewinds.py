@@ -69,6 +69,8 @@ def rewind_plan(*, pipeline: Pipeline, kind: str, spec: dict) -> Plan:
         if batch is None:
             raise RewindRefused(f"no batch of this pipeline at {spec.get('batch_time_ms')!r} ms")
         batch_offsets = {int(p): o for p, o in batch.items()}
+    elif kind == "time" and spec.get("source") == "broker":
+        batch_offsets = broker_offsets_for_time(pipeline=pipeline, time_ms=spec.get("time_ms"))
     elif kind == "time":
         at_ms = spec.get("time_ms")
         batch = (pipeline.batches.filter(batch_time_ms__lte=at_ms, committed=True).order_by("-batch_time_ms")
@@ -84,6 +86,20 @@ def rewind_plan(*, pipeline: Pipeline, kind: str, spec: dict) -> Plan:
     recent = list(pipeline.batches.order_by("-batch_time_ms").values_list("batch_time_ms", "records")[:20])[::-1]
     preview = rules.preview(target, current, watermarks, rules.processing_rate(recent))
     return Plan(target, current, watermarks, at, preview, rules.check_target(target, watermarks))
+
+
+def broker_offsets_for_time(*, pipeline: Pipeline, time_ms) -> dict[int, int]:
+    """The broker's answer for a point in time (its timestamp index), per partition."""
+    from streamoffsets.errors import OffsetStoreError
+    from streamoffsets.kafka import KafkaWatermarkReader
+
+    if not isinstance(time_ms, int):
+        raise RewindRefused(f"a point in time is needed, not {time_ms!r}")
+    reader = KafkaWatermarkReader(pipeline.store.cluster.bootstrap_servers, timeout_s=settings.IO_TIMEOUT_S)
+    try:
+        return reader.offsets_for_time(pipeline.topic, time_ms)
+    except OffsetStoreError as exc:
+        raise RewindRefused(f"the broker's timestamp lookup failed: {exc}", 409) from None
 
 
 def _int_keys(offsets) -> dict[int, int] | None:

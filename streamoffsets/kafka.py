@@ -128,6 +128,17 @@ class KafkaWatermarkReader:
             consumer.close()
         return {key: ts for key, ts in found.items() if ts > 0}
 
+    def offsets_for_time(self, topic: str, timestamp_ms: int) -> dict[int, int]:
+        """Per partition, the first offset whose record timestamp is at or after `timestamp_ms`
+        (the broker's time index, ListOffsets by timestamp); a partition with no such record
+        gives its high watermark (nothing written since). Needs Kafka 0.10.1+ timestamps; Tansu
+        ignores the timestamp (answers 0), so tests of the rule run on a full Kafka."""
+        partitions = self._partitions_from(self._topic_metadata(), self.name, topic)
+        by_time = self._list_offsets([TopicPartition(topic, p) for p in partitions], OffsetSpec.for_timestamp(timestamp_ms))
+        missing = [TopicPartition(topic, p) for p in partitions if by_time[(topic, p)] < 0]
+        ends = self._list_offsets(missing, OffsetSpec.latest()) if missing else {}
+        return {p: by_time[(topic, p)] if by_time[(topic, p)] >= 0 else ends[(topic, p)] for p in partitions}
+
     def topic_watermarks(self, topic: str) -> dict[int, Watermarks]:
         """One topic's watermarks; MissingTopic if it does not exist."""
         result = self.watermarks([topic])

@@ -73,3 +73,20 @@ def test_low_out_of_range_and_partition_growth_on_full_kafka(unique_name, file_s
     assert plan.offsets == {0: 12, 1: 0}
     assert plan.new_partitions == [1]
     assert plan.clamps[0].messages_lost == 7
+
+
+@pytest.mark.skipif(not FULL_KAFKA, reason="needs a full Kafka broker in KAFKA_BOOTSTRAP: Tansu ignores the timestamp "
+                                            "of a ListOffsets-by-time request (always answers 0)")
+def test_offsets_for_a_point_in_time_on_full_kafka(unique_name):
+    """The broker's timestamp index: the first record at or after the time; none after: the end."""
+    from confluent_kafka import Producer
+
+    topic = unique_name("orders")
+    ensure_topic(FULL_KAFKA, topic, 1)
+    producer = Producer({"bootstrap.servers": FULL_KAFKA, "linger.ms": 0})
+    for i in range(10):
+        producer.produce(topic, value=b"x", partition=0, timestamp=1_700_000_000_000 + i * 1_000)
+    producer.flush(10)
+    reader = KafkaWatermarkReader(FULL_KAFKA)
+    assert reader.offsets_for_time(topic, 1_700_000_004_500) == {0: 5}
+    assert reader.offsets_for_time(topic, 1_800_000_000_000) == {0: 10}

@@ -304,3 +304,34 @@ def test_request_and_approval_notify_with_before_and_after(payments, actors, dja
     assert summary["url"] == f"https://offsetwatch.example.com/rewinds/{r.pk}/"
     text = str(notify.rewind_message(event="approved", rewind_summary=summary))
     assert "amir" in text and "bad deploy wrote garbage" in text
+
+
+def test_a_point_in_time_from_the_broker_s_index(payments, actors, monkeypatch):
+    """Tansu answers every timestamp lookup with 0, so the broker's answer enters at its seam here;
+    tests/test_restart_kafka.py checks the lookup itself on a full Kafka (KAFKA_BOOTSTRAP)."""
+    from dashboard import rewinds
+
+    asked = []
+
+    def broker(*, pipeline, time_ms):
+        asked.append((pipeline.pk, time_ms))
+        return {0: 42, 1: 17}
+
+    monkeypatch.setattr(rewinds, "broker_offsets_for_time", broker)
+    r = request(payments, actors["olga"], kind="time", spec={"time_ms": T0 + 5_000, "source": "broker"})
+    assert asked == [(payments.pk, T0 + 5_000)]
+    assert r.target_offsets == {"0": 42, "1": 17}
+    assert r.target_text == "the first records at or after 2023-11-14 22:13:25.000 UTC (broker's timestamp index)"
+
+
+def test_the_broker_timestamp_lookup_runs_against_the_real_broker(stack, unique_name):
+    """The real call on Tansu: every partition answered, within the topic's offsets (Tansu's
+    answer itself is its known bug: 0 whatever the time)."""
+    from pipeline.producer import ensure_topic, produce
+    from streamoffsets.kafka import KafkaWatermarkReader
+
+    topic = unique_name("orders")
+    ensure_topic(stack.kafka_bootstrap, topic, 2)
+    produce(stack.kafka_bootstrap, topic, 2, 10)
+    answer = KafkaWatermarkReader(stack.kafka_bootstrap).offsets_for_time(topic, T0)
+    assert set(answer) == {0, 1} and all(0 <= o <= 5 for o in answer.values())
