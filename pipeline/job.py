@@ -38,9 +38,19 @@ from typing import Callable
 from pipeline.kafka_source import KafkaDataSource
 from pipeline.output import OutputSink
 from streamoffsets.checkpoint import CheckpointStore, start_fresh_checkpoint
-from streamoffsets.dashboard_client import DashboardClient, instance_id, report_start_quietly
+from streamoffsets.dashboard_client import (
+    DashboardClient,
+    instance_id,
+    report_start_quietly,
+)
 from streamoffsets.kafka import KafkaWatermarkReader
-from streamoffsets.restart import OnMissing, OutOfRange, RewindPolicy, StartPlan, restart
+from streamoffsets.restart import (
+    OnMissing,
+    OutOfRange,
+    RewindPolicy,
+    StartPlan,
+    restart,
+)
 from streamoffsets.store import open_store
 from streamoffsets.types import BatchOffsets
 
@@ -263,6 +273,8 @@ def main() -> None:
     group = args.group or (args.checkpoint.name if args.checkpoint is not None else None)
     if group is None:
         parser.error("--group is required with --store")
+    if args.checkpoint is not None and args.out_of_range == "clamp":
+        parser.error("--out-of-range clamp is impossible with --checkpoint: Spark resumes from the checkpoint's offsets")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from pipeline.spark_session import build_spark_session

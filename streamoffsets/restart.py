@@ -204,9 +204,9 @@ def dashboard_trouble(topic: str, group: str, url: str, error: str, policy: Rewi
     sentence to log and report (the job starts from its stored offsets, a pending rewind is not
     applied this time); 'wait' refuses to start, so no approved rewind can be skipped."""
     if policy == "wait":
-        raise StartRefused(topic, group, [
+        raise StartRefused(topic, group, [(
             f"the dashboard at {url} could not be asked for an approved rewind ({error}) and the rewind "
-            "policy is 'wait': not starting, so that an approved rewind is never skipped"])
+            "policy is 'wait': not starting, so that an approved rewind is never skipped")])
     if policy != "proceed":
         raise ValueError(f"unknown rewind policy {policy!r} (one of {', '.join(REWIND_POLICIES)})")
     return (f"the dashboard at {url} could not be asked for an approved rewind ({error}); rewind policy "

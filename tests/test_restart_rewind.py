@@ -8,7 +8,12 @@ import json
 import pytest
 
 from streamoffsets.restart import (
-    PendingRewind, StartRefused, dashboard_trouble, lost_claim, parse_rewind, rewind_start_plan,
+    PendingRewind,
+    StartRefused,
+    dashboard_trouble,
+    lost_claim,
+    parse_rewind,
+    rewind_start_plan,
 )
 from streamoffsets.types import BatchOffsets, Watermarks
 

@@ -16,7 +16,6 @@ import logging
 import socket
 import threading
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from django.db import connections
@@ -233,7 +232,7 @@ def test_two_instances_race_for_one_claim_the_loser_starts_from_the_stored_offse
             with OffsetFileStore(replay["root"]) as store:
                 plans[instance] = restart(store, replay["topic"], replay["group"], replay["watermarks"],
                                           dashboard=client, instance=instance)
-        except Exception as exc:  # surfaced below, not lost in the thread
+        except Exception as exc:  # noqa: BLE001 - surfaced below, not lost in the thread
             errors.append(exc)
 
     threads = [threading.Thread(target=start, args=(name,)) for name in ("host-a:1:aaaa", "host-b:2:bbbb")]
@@ -268,9 +267,8 @@ def test_a_target_out_of_range_at_claim_time_is_reported_failed_and_the_job_refu
         return {**marks, 0: Watermarks(0, 6, marks[0].high)}
 
     client = DashboardClient(live_server.url, replay["token"])
-    with OffsetFileStore(replay["root"]) as store:
-        with pytest.raises(StartRefused) as err:
-            restart(store, replay["topic"], replay["group"], after_retention, dashboard=client, instance="host-a:1:aaaa")
+    with OffsetFileStore(replay["root"]) as store, pytest.raises(StartRefused) as err:
+        restart(store, replay["topic"], replay["group"], after_retention, dashboard=client, instance="host-a:1:aaaa")
     assert "partition 0: target 4 is below the low watermark 6" in str(err.value)
     rewind = RewindRequest.objects.get(pk=replay["rewind"].pk)
     assert rewind.status == "failed" and "partition 0: target 4 is below the low watermark 6" in rewind.outcome
@@ -281,3 +279,53 @@ def test_a_target_out_of_range_at_claim_time_is_reported_failed_and_the_job_refu
         again = restart(store, replay["topic"], replay["group"], replay["watermarks"], dashboard=client, instance="b")
     assert again.offsets == {0: 10, 1: 10} and again.rewind is None
     assert audit_verify().ok
+
+
+def test_a_fresh_checkpoint_marker_is_the_position_until_the_first_commit(tmp_path):
+    """A checkpoint job that crashed right after applying a rewind (marker written, no batch
+    committed yet) restarts from the target; a kept-aside checkpoint is no pipeline; a damaged
+    marker is reported, not guessed."""
+    from streamoffsets.checkpoint import start_fresh_checkpoint
+
+    old = tmp_path / "job-a"
+    (old / "offsets").mkdir(parents=True)
+    (old / "commits").mkdir()
+    moved = start_fresh_checkpoint(old, BatchOffsets("orders", "job-a", T0, {0: 4, 1: 4}), rewind_id=9,
+                                   aside_suffix="20240101T000000Z")
+    assert moved == tmp_path / "job-a.before-rewind-9-20240101T000000Z" and (moved / "offsets").is_dir()
+    with pytest.raises(FileExistsError, match="not overwriting a kept checkpoint"):
+        start_fresh_checkpoint(old, BatchOffsets("orders", "job-a", T0 + 1, {0: 1}), rewind_id=9,
+                               aside_suffix="20240101T000000Z")
+    assert (moved / "offsets").is_dir() and (old / START_FILE).is_file()  # both left as they were
+    root = tmp_path / "root"
+    start_fresh_checkpoint(root / "job-b", BatchOffsets("orders", "job-b", T0, {0: 4, 1: 4}), rewind_id=3, aside_suffix="x")
+    store = CheckpointStore(root)
+    assert store.load_latest("orders", "job-b") == BatchOffsets("orders", "job-b", T0, {0: 4, 1: 4})
+    assert store.load_latest("other-topic", "job-b") is None
+    assert [b.offsets for b in store.history("orders", "job-b").batches] == [{0: 4, 1: 4}]
+    (root / "job-b.before-rewind-2-x").mkdir()
+    (root / "job-b.before-rewind-2-x" / "offsets").mkdir()
+    keys, problems = store.list_pipelines()
+    assert [(k.topic, k.group) for k in keys] == [("orders", "job-b")] and problems == []
+    (root / "job-b" / START_FILE).write_text('{"batch_time_ms": 1, "topic": "orders", "offsets": {"0": -4}}')
+    keys, problems = store.list_pipelines()
+    assert "offsets: partition 0: offset -4 is negative" in problems[0].problem and START_FILE in problems[0].key
+
+
+def test_the_job_refuses_configurations_it_cannot_honour(tmp_path):
+    base = {"bootstrap": "127.0.0.1:1", "topic": "orders", "output_path": tmp_path / "out.sqlite3"}
+    cases = [
+        # 1. Neither a store nor a checkpoint (or both): nowhere to keep the position.
+        ({"group": "g", "store_url": None}, "exactly one"),
+        ({"group": "g", "store_url": f"file://{tmp_path}", "checkpoint_dir": tmp_path / "g"}, "exactly one"),
+        # 2. A checkpoint job's group is the directory's name, as the dashboard names the pipeline.
+        ({"group": "other", "store_url": None, "checkpoint_dir": tmp_path / "g"}, "group is its checkpoint directory's name"),
+        # 3. A checkpoint cannot be clamped: Spark resumes from its offsets whatever startingOffsets says.
+        ({"group": "g", "store_url": None, "checkpoint_dir": tmp_path / "g", "out_of_range": "clamp"}, "cannot clamp"),
+        # 4. A read-only store for a job that must save its offsets.
+        ({"group": "g", "store_url": f"checkpoint://{tmp_path}"}, "read-only"),
+    ]
+    for number, (config, message) in enumerate(cases, start=1):
+        with pytest.raises(ValueError, match=message):
+            ReferenceJob(None, JobConfig(**base, **config))
+        assert not (tmp_path / "out.sqlite3").exists(), number  # refused before anything was made
