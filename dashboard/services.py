@@ -173,7 +173,7 @@ def _problems_record(store: Store, problems: list[RowProblem]) -> None:
 def watermarks_record(
     *, cluster: Cluster, result: WatermarkResult, sampled_at: datetime,
     record_times: dict[tuple[str, int, int], int] | None = None,
-    committed: dict[int, dict[int, int]] | None = None,
+    committed: dict[int, selectors.Committed] | None = None,
 ) -> int:
     """Store the cluster's watermarks (one row per topic), then per pipeline reading its topics a
     lag sample, and evaluate them all (status, lag in seconds, retention risk, incidents).
@@ -193,15 +193,19 @@ def watermarks_record(
 
     pipelines = list(Pipeline.objects.filter(store__cluster=cluster, topic__in=list(result.by_topic)))
     newest = committed if committed is not None else selectors.committed_offsets(pipeline_ids=[p.pk for p in pipelines])
+    offsets_of = {pk: c.offsets for pk, c in newest.items()}
     samples = []
     for pipeline in pipelines:
-        committed = newest.get(pipeline.pk, {})
+        offsets = offsets_of.get(pipeline.pk, {})
         highs = {p: w.high for p, w in sorted(result.by_topic[pipeline.topic].items())}
-        ids, values = pack_map(committed)
-        samples.append(LagSample(pipeline=pipeline, sampled_at=sampled_at, total_lag=evaluation.sample_lag(committed, highs),
-                                 partitions=ids, committed=values, last_batch_ms=pipeline.last_batch_ms))
+        ids, values = pack_map(offsets)
+        # The batch time read with these offsets, not the pipeline row's (a store poll may have
+        # moved it on since).
+        batch_ms = newest[pipeline.pk].batch_ms if pipeline.pk in newest else pipeline.last_batch_ms
+        samples.append(LagSample(pipeline=pipeline, sampled_at=sampled_at, total_lag=evaluation.sample_lag(offsets, highs),
+                                 partitions=ids, committed=values, last_batch_ms=batch_ms))
     copy_insert(LagSample, samples)
-    _pipelines_evaluate(cluster, pipelines, newest, result, now=sampled_at, record_times=record_times or {})
+    _pipelines_evaluate(cluster, pipelines, offsets_of, result, now=sampled_at, record_times=record_times or {})
     return len(samples)
 
 
