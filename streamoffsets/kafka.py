@@ -113,7 +113,10 @@ class KafkaWatermarkReader:
             consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
             deadline = time.monotonic() + self.timeout_s
             while len(found) < len(positions) and time.monotonic() < deadline:
-                for msg in consumer.consume(num_messages=1000, timeout=max(0.01, min(0.5, deadline - time.monotonic()))):
+                # consume() waits until it has num_messages or its timeout: ask for what is still
+                # missing, in short slices, so the call returns as soon as the records are in.
+                wanted = len(positions) - len(found)
+                for msg in consumer.consume(num_messages=wanted, timeout=max(0.01, min(0.05, deadline - time.monotonic()))):
                     key = (msg.topic(), msg.partition())
                     if msg.error() or key in found or key not in positions:
                         continue
@@ -122,6 +125,8 @@ class KafkaWatermarkReader:
                         found[key] = ts
                     elif msg.offset() >= positions[key]:
                         found[key] = -1  # not the record asked for (compacted) or no timestamp: give up on it
+                    # One record per partition is all we need: stop fetching it.
+                    consumer.pause([TopicPartition(*key)])
         except KafkaException as exc:
             raise StoreUnreachable(self.name, "Fetch", f"cannot read records for their timestamps: {exc}") from exc
         finally:
