@@ -83,8 +83,9 @@ def store_kind_of_url(url: str) -> str:
     return kind
 
 
-def open_store(url: str, timeout_s: float = 5.0) -> OffsetStore:
-    """Open the store a URL names (see the table above). ValueError names a bad URL."""
+def open_store(url: str, timeout_s: float = 5.0, kafka_config: dict | None = None) -> OffsetStore:
+    """Open the store a URL names (see the table above). ValueError names a bad URL.
+    `kafka_config`: librdkafka properties (security.protocol, sasl.*, ssl.*) for kafka:// stores."""
     scheme = urlparse(url).scheme
     if scheme == "hbase":
         from streamoffsets.hbase import HBaseOffsetStore
@@ -97,7 +98,7 @@ def open_store(url: str, timeout_s: float = 5.0) -> OffsetStore:
     if scheme == "kafka":
         from streamoffsets.kafka_groups import KafkaGroupOffsetStore
 
-        return KafkaGroupOffsetStore.from_url(url, timeout_s=timeout_s)
+        return KafkaGroupOffsetStore.from_url(url, timeout_s=timeout_s, config=kafka_config)
     if scheme == "file":
         from streamoffsets.offsetfile import OffsetFileStore
 
