@@ -23,8 +23,10 @@ COPY dashboard ./dashboard
 COPY localstack ./localstack
 COPY templates ./templates
 COPY manage.py ./
+# Editable, so the code runs from /app, where the settings find templates/ beside the packages.
 # PySpark pinned to SPARK_VERSION: the official Kafka connector fetched with --packages must match it.
-RUN pip install . "pyspark==${SPARK_VERSION}"
+RUN pip install -e . "pyspark==${SPARK_VERSION}"
+ENV PYTHONPATH=/app
 
 # An unprivileged user owning the data directories the volumes mount on.
 RUN useradd --create-home --uid 10001 offsetwatch \

@@ -445,3 +445,24 @@ def test_official_source_is_sparks_own_kafka_format(spark):
                                  starting_offsets='{"orders": {"0": 0}}', partitions=1)
     with pytest.raises(AnalysisException, match="(?i)kafka"):
         reader.load()
+
+
+def test_hbase_url_chooses_the_thrift_transport_and_protocol(stack):
+    """The stand-in, like `hbase thrift start` by default, speaks buffered transport and binary
+    protocol: a framed or compact client gets no answer from it, so the options reach happybase."""
+    from streamoffsets.errors import OffsetStoreError
+    from streamoffsets.hbase import HBaseOffsetStore
+
+    base = f"hbase://{stack.hbase_host}:{stack.hbase_port}/stream_kafka_offsets"
+    store = HBaseOffsetStore.from_url(base + "?transport=framed&protocol=compact", timeout_ms=1500)
+    assert (store.transport, store.protocol) == ("framed", "compact")
+    with pytest.raises(OffsetStoreError):
+        store.list_pipelines()
+    store.close()
+    with HBaseOffsetStore.from_url(base + "?transport=buffered&protocol=binary") as ok:
+        ok.ensure_table()
+        assert isinstance(ok.list_pipelines()[0], list)
+    with pytest.raises(ValueError, match="transport='http' is not one of buffered, framed"):
+        HBaseOffsetStore.from_url(base + "?transport=http")
+    with pytest.raises(ValueError, match="unknown option"):
+        HBaseOffsetStore.from_url(base + "?compat=0.92")
