@@ -9,7 +9,8 @@
 | checkpoint:///path                    | Structured Streaming checkpoint dir(s) | no       | yes     |
 
 Stores without history return their current state as (at most) one batch; the collectors'
-samples are then the history.
+samples are then the history. Options: `hbase://...?transport=framed&protocol=compact` (the
+Thrift server's; default buffered, binary), `zk://user:password@hosts/chroot` (digest ACLs).
 """
 from __future__ import annotations
 
