@@ -12,7 +12,6 @@ Run: .venv/bin/python bench/pages.py [--requests 40] (needs PostgreSQL on 127.0.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import subprocess
@@ -23,6 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from benchdb import fresh_django_database  # noqa: E402
+
 DB = "offsetwatch_bench_pages"
 
 # An empty view beside the real ones: the floor of what any request costs here.
@@ -129,14 +131,7 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--overview-pipelines", type=int, default=1000)
     args = parser.parse_args()
-    subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"DROP DATABASE IF EXISTS {DB}"], check=True)
-    subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"CREATE DATABASE {DB}"], check=True)
-    os.environ["DATABASE_URL"] = f"postgres://postgres:postgres@127.0.0.1:5432/{DB}"
-    os.environ["DJANGO_SETTINGS_MODULE"] = "dashboard.settings"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
+    fresh_django_database(DB)
     from django.test import Client
     from django.test.utils import override_settings, setup_test_environment
     from django.urls import include, path, reverse
@@ -144,7 +139,6 @@ def main() -> None:
     from dashboard.roles import VIEWER
     from tests.factories import person
 
-    call_command("migrate", verbosity=0)
     pipeline_id = build(args.partitions, args.days, args.overview_pipelines)
     subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", DB, "-c", "VACUUM ANALYZE"], check=True)
 

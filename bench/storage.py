@@ -11,7 +11,6 @@ Run: .venv/bin/python bench/storage.py [--minutes 60] (needs PostgreSQL on 127.0
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import subprocess
 import sys
@@ -21,6 +20,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from benchdb import fresh_django_database  # noqa: E402
+
 DB = "offsetwatch_bench_storage"
 
 
@@ -30,14 +32,7 @@ def main() -> None:
     parser.add_argument("--pipelines", type=int, default=500)
     parser.add_argument("--partitions", type=int, default=20)
     args = parser.parse_args()
-    subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"DROP DATABASE IF EXISTS {DB}"], check=True)
-    subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"CREATE DATABASE {DB}"], check=True)
-    os.environ["DATABASE_URL"] = f"postgres://postgres:postgres@127.0.0.1:5432/{DB}"
-    os.environ["DJANGO_SETTINGS_MODULE"] = "dashboard.settings"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
+    fresh_django_database(DB)
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -45,7 +40,6 @@ def main() -> None:
     from dashboard.models import LagSample, Pipeline, Store, WatermarkSample
     from dashboard.packing import pack, pack_partitions
 
-    call_command("migrate", verbosity=0)
     cluster = services.cluster_get_or_create(name="bench", bootstrap_servers="b:9092")
     store = Store.objects.create(name="bench", kind="hbase", url="hbase://h:9090/t", cluster=cluster)
     pipelines = Pipeline.objects.bulk_create(

@@ -100,13 +100,14 @@ def poll_cluster(cluster_id: int) -> int:
 
 
 def _record_times(
-    cluster: Cluster, result, topics_of: dict[int, str], committed: dict[int, dict[int, int]]
+    cluster: Cluster, result, topics_of: dict[int, str], committed: dict[int, selectors.Committed]
 ) -> tuple[dict[tuple[str, int, int], int], str | None]:
     """Timestamps of the records at the most lagging committed offsets (exact lag in seconds).
     Read after the watermarks and outside any transaction; a failure here is a warning, the
     lag in seconds then comes from interpolation."""
     highs = {t: {p: w.high for p, w in parts.items()} for t, parts in result.by_topic.items()}
-    positions = selectors.record_timestamp_positions(topics=topics_of, committed=committed, highs=highs,
+    positions = selectors.record_timestamp_positions(topics=topics_of, committed={pk: c.offsets for pk, c in committed.items()},
+                                                     highs=highs,
                                                      limit=settings.RECORD_TIMESTAMP_PARTITIONS)
     if not positions:
         return {}, None

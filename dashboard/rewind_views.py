@@ -116,23 +116,23 @@ def rewind_decide(request, rewind_id: int):
     return _rerender(request, rewind, error, form)
 
 
-@role_required(VIEWER)
+@role_required(VIEWER)  # the service checks who may cancel (the requester or an approver)
 @require_POST
 def rewind_cancel(request, rewind_id: int):
-    rewind = _rewind(rewind_id)
-    try:
-        rewinds.rewind_cancel(rewind=rewind, user=request.user, remote_addr=_remote(request))
-    except rewinds.RewindRefused as exc:
-        return _rerender(request, rewind, exc.message)
-    return redirect("rewind", rewind_id=rewind.pk)
+    return _act(request, rewind_id, rewinds.rewind_cancel)
 
 
 @role_required(OPERATOR)
 @require_POST
 def rewind_write(request, rewind_id: int):
+    return _act(request, rewind_id, rewinds.rewind_write_to_store)
+
+
+def _act(request, rewind_id: int, service):
+    """Run one rewind service for the person; a refusal is shown on the rewind's page."""
     rewind = _rewind(rewind_id)
     try:
-        rewinds.rewind_write_to_store(rewind=rewind, user=request.user, remote_addr=_remote(request))
+        service(rewind=rewind, user=request.user, remote_addr=_remote(request))
     except rewinds.RewindRefused as exc:
         return _rerender(request, rewind, exc.message)
     return redirect("rewind", rewind_id=rewind.pk)

@@ -219,6 +219,11 @@ def rewinds_expire(*, now: datetime | None = None) -> int:
                 rewind.refresh_from_db()
                 _audit(rewind, "rewind.expired", actor="system", details={"was": was})
                 expired += 1
+    # Claimed, but the job never said it applied it (it died between the claim and its start).
+    for rewind in RewindRequest.objects.filter(status=Status.CLAIMED, claimed_at__lte=limit_claimed(now)):
+        _finish(rewind, Status.FAILED, f"{rewind.claimed_by} claimed it but never reported applying it within "
+                                       f"{human_duration(settings.REWIND_VERIFY_TIMEOUT_S)}: check the job's log; "
+                                       "request the rewind again if it is still needed")
     # Applied, but no batch after it ever appeared: the job never really started.
     limit = now - timedelta(seconds=settings.REWIND_VERIFY_TIMEOUT_S)
     for rewind in RewindRequest.objects.filter(status=Status.APPLIED, applied_at__lte=limit):
@@ -228,6 +233,10 @@ def rewinds_expire(*, now: datetime | None = None) -> int:
 
 
 # --- jobs: claim, applied, failed -------------------------------------------------------------------------
+
+
+def limit_claimed(now: datetime) -> datetime:
+    return now - timedelta(seconds=settings.REWIND_VERIFY_TIMEOUT_S)
 
 
 def rewind_for_job(*, pipeline: Pipeline) -> RewindRequest | None:

@@ -12,6 +12,8 @@ from django.conf import settings
 from django.core.paginator import Page, Paginator
 from django.db import connection
 from django.db.models import F, JSONField, Min, OuterRef, Q, Subquery
+from typing import NamedTuple
+
 from django.utils import timezone
 
 from dashboard.models import (Batch, Cluster, ExportJob, Incident, Pipeline, PipelineEvaluation, SourceHealth, StartReport, Store,
@@ -540,14 +542,23 @@ def newest_batches(*, pipeline_ids: list[int]) -> dict[int, tuple[int, dict[str,
     return {pk: (ms, offsets) for pk, ms, offsets in rows if ms is not None}
 
 
-def committed_offsets(*, pipeline_ids: list[int]) -> dict[int, dict[int, int]]:
-    """Each pipeline's newest stored offsets: pipeline id -> partition -> offset."""
-    return {pk: {int(p): o for p, o in offsets.items()}
-            for pk, (_, offsets) in newest_batches(pipeline_ids=pipeline_ids).items()}
+class Committed(NamedTuple):
+    """A pipeline's newest stored batch: its time and offsets, read together (a sample that took
+    the offsets from one read and the batch time from another could see batches "come" while
+    the offsets stood still: a false STALLED)."""
+
+    batch_ms: int
+    offsets: dict[int, int]
 
 
-def cluster_committed(*, cluster: Cluster, topics: list[str]) -> tuple[dict[int, str], dict[int, dict[int, int]]]:
-    """The cluster's pipelines reading `topics` (id -> topic) and their newest stored offsets."""
+def committed_offsets(*, pipeline_ids: list[int]) -> dict[int, Committed]:
+    """Each pipeline's newest stored batch: pipeline id -> (batch time, partition -> offset)."""
+    return {pk: Committed(ms, {int(p): o for p, o in offsets.items()})
+            for pk, (ms, offsets) in newest_batches(pipeline_ids=pipeline_ids).items()}
+
+
+def cluster_committed(*, cluster: Cluster, topics: list[str]) -> tuple[dict[int, str], dict[int, Committed]]:
+    """The cluster's pipelines reading `topics` (id -> topic) and their newest stored batches."""
     pipelines = dict(Pipeline.objects.filter(store__cluster=cluster, topic__in=topics).values_list("pk", "topic"))
     return pipelines, committed_offsets(pipeline_ids=list(pipelines))
 

@@ -31,6 +31,7 @@ from dashboard.models import (
     Pipeline,
     PipelineEvaluation,
     PipelineToken,
+    RewindRequest,
     SourceHealth,
     StartReport,
     Store,
@@ -111,12 +112,17 @@ def store_reading_record(*, store: Store, reading: StoreReading) -> int:
     with_batches = {(k.topic, k.group): b for k, b in reading.batches.items() if b}
     pipelines = [p for p in store.pipelines.all() if (p.topic, p.group) in with_batches]
     newest = selectors.newest_batches(pipeline_ids=[p.pk for p in pipelines])
+    # An applied rewind is verified from the first sample after its marker: keep that sample
+    # even if it equals the one before (a replay can end where the job was).
+    markers = dict(RewindRequest.objects.filter(
+        pipeline__in=pipelines, status=RewindRequest.Status.APPLIED, marker_batch_ms__isnull=False,
+    ).values_list("pipeline_id", "marker_batch_ms")) if not reading.keeps_history else {}
     rows: list[Batch] = []
     changed: list[Pipeline] = []
     for pipeline in pipelines:
         last_ms, previous = newest.get(pipeline.pk, (None, None))
         new = _batches_new(pipeline, with_batches[(pipeline.topic, pipeline.group)], last_ms, previous,
-                           reading.keeps_history)
+                           reading.keeps_history, keep_from_ms=markers.get(pipeline.pk))
         if new:
             rows.extend(new)
             pipeline.last_batch_ms = new[-1].batch_time_ms
@@ -141,7 +147,7 @@ def _history_importing_record(store: Store, more: set[PipelineKey]) -> None:
 
 def _batches_new(
     pipeline: Pipeline, batches: list[BatchOffsets], last_ms: int | None, previous: dict[str, int] | None,
-    keeps_history: bool,
+    keeps_history: bool, keep_from_ms: int | None = None,
 ) -> list[Batch]:
     rows = []
     for batch in sorted(batches, key=lambda b: b.batch_time_ms):
@@ -150,7 +156,7 @@ def _batches_new(
                 pipeline.batches.filter(batch_time_ms=batch.batch_time_ms, committed=False).update(committed=True)
             continue
         offsets = _as_json_offsets(batch)
-        if not keeps_history and offsets == previous:
+        if not keeps_history and offsets == previous and (keep_from_ms is None or batch.batch_time_ms < keep_from_ms):
             continue  # a store without history was sampled again and had not moved
         rows.append(Batch(
             pipeline=pipeline, batch_time_ms=batch.batch_time_ms, offsets=offsets,
@@ -173,7 +179,7 @@ def _problems_record(store: Store, problems: list[RowProblem]) -> None:
 def watermarks_record(
     *, cluster: Cluster, result: WatermarkResult, sampled_at: datetime,
     record_times: dict[tuple[str, int, int], int] | None = None,
-    committed: dict[int, dict[int, int]] | None = None,
+    committed: dict[int, selectors.Committed] | None = None,
 ) -> int:
     """Store the cluster's watermarks (one row per topic), then per pipeline reading its topics a
     lag sample, and evaluate them all (status, lag in seconds, retention risk, incidents).
@@ -193,15 +199,19 @@ def watermarks_record(
 
     pipelines = list(Pipeline.objects.filter(store__cluster=cluster, topic__in=list(result.by_topic)))
     newest = committed if committed is not None else selectors.committed_offsets(pipeline_ids=[p.pk for p in pipelines])
+    offsets_of = {pk: c.offsets for pk, c in newest.items()}
     samples = []
     for pipeline in pipelines:
-        committed = newest.get(pipeline.pk, {})
+        offsets = offsets_of.get(pipeline.pk, {})
         highs = {p: w.high for p, w in sorted(result.by_topic[pipeline.topic].items())}
-        ids, values = pack_map(committed)
-        samples.append(LagSample(pipeline=pipeline, sampled_at=sampled_at, total_lag=evaluation.sample_lag(committed, highs),
-                                 partitions=ids, committed=values, last_batch_ms=pipeline.last_batch_ms))
+        ids, values = pack_map(offsets)
+        # The batch time read with these offsets, not the pipeline row's (a store poll may have
+        # moved it on since).
+        batch_ms = newest[pipeline.pk].batch_ms if pipeline.pk in newest else pipeline.last_batch_ms
+        samples.append(LagSample(pipeline=pipeline, sampled_at=sampled_at, total_lag=evaluation.sample_lag(offsets, highs),
+                                 partitions=ids, committed=values, last_batch_ms=batch_ms))
     copy_insert(LagSample, samples)
-    _pipelines_evaluate(cluster, pipelines, newest, result, now=sampled_at, record_times=record_times or {})
+    _pipelines_evaluate(cluster, pipelines, offsets_of, result, now=sampled_at, record_times=record_times or {})
     return len(samples)
 
 

@@ -1,11 +1,22 @@
 """The reference streaming job: Kafka -> idempotent output, offsets saved to a store after each batch.
 
-The offset store is the job's source of truth, not a Spark checkpoint (checkpoints do not
-survive application upgrades). Each run therefore uses a fresh, temporary checkpoint and
-starts from what `streamoffsets.restart` resolves from the newest stored batch.
+Two modes:
+- `--store URL` (the default way): the offset store is the job's source of truth, not a Spark
+  checkpoint (checkpoints do not survive application upgrades). Each run uses a fresh,
+  temporary checkpoint and starts from what `streamoffsets.restart` resolves from the newest
+  stored batch. The store is any writable one `streamoffsets.store.open_store` knows: hbase://,
+  zk://, kafka:// or file://.
+- `--checkpoint DIR`: Spark's own checkpoint in DIR is kept across runs and is the position
+  (the dashboard reads it as a `checkpoint://` store; the pipeline's group is DIR's name). A
+  checkpoint's offsets win over `startingOffsets`, so applying a rewind moves DIR aside
+  (`DIR.before-rewind-<id>-<UTC time>`, kept) and starts a fresh DIR from the target, with the
+  marker `DIR/offsetwatch-start.json` written before the query starts (streamoffsets.checkpoint).
+  A stored position out of range cannot be clamped there (Spark would resume from the
+  checkpoint anyway): such a start is refused.
 
-The store is any writable one `streamoffsets.store.open_store` knows: hbase://, zk://, kafka://
-or file://. Run:
+With `--dashboard-url/--dashboard-token` the job reports where it started and applies a rewind
+approved in the dashboard (streamoffsets.restart; `--rewind-policy proceed|wait` says what to
+do when the dashboard cannot be asked). Run:
     python -m pipeline.job --bootstrap 127.0.0.1:19092 --topic demo --group demo-job \
         --store hbase://127.0.0.1:19090/stream_kafka_offsets --output .run/job-output.sqlite3
 """
@@ -20,14 +31,26 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
 from pipeline.output import OutputSink
 from pipeline.sources import SOURCES, kafka_stream_reader
-from streamoffsets.dashboard_client import DashboardClient, report_start_quietly
+from streamoffsets.checkpoint import CheckpointStore, start_fresh_checkpoint
+from streamoffsets.dashboard_client import (
+    DashboardClient,
+    instance_id,
+    report_start_quietly,
+)
 from streamoffsets.kafka import KafkaWatermarkReader
-from streamoffsets.restart import OnMissing, OutOfRange, StartPlan, restart
+from streamoffsets.restart import (
+    OnMissing,
+    OutOfRange,
+    RewindPolicy,
+    StartPlan,
+    restart,
+)
 from streamoffsets.store import open_store
 from streamoffsets.types import BatchOffsets
 
@@ -39,13 +62,14 @@ class JobConfig:
     bootstrap: str
     topic: str
     group: str
-    store_url: str
+    store_url: str | None
     output_path: Path
     trigger_seconds: float = 2.0
     max_offsets_per_partition: int | None = None
     idempotent_output: bool = True
     on_missing: OnMissing = "earliest"
-    out_of_range: OutOfRange = "clamp"
+    # None: the mode's default, "clamp" with a store, "fail" with a kept checkpoint.
+    out_of_range: OutOfRange | None = None
     # Fault injection for the delivery-semantics experiment: die after the Nth batch's output
     # is written and before its offsets are saved, by exiting the process (like a kill -9 at
     # that instant) or by raising (in-process tests).
@@ -54,6 +78,12 @@ class JobConfig:
     # The dashboard records where the job started (clamps included) when given its URL and token.
     dashboard_url: str | None = None
     dashboard_token: str | None = None
+    # What to do when the dashboard cannot be asked for an approved rewind (streamoffsets.restart).
+    rewind_policy: RewindPolicy = "proceed"
+    # Who this run is when it claims a rewind: host:pid:run.
+    instance: str = field(default_factory=instance_id)
+    # Keep Spark's checkpoint here across runs instead of an offset store (group = its name).
+    checkpoint_dir: Path | None = None
     # "python": the project's Python data source (no jar); "official": Spark's Kafka source (pipeline/sources.py).
     source: str = "python"
 
@@ -79,9 +109,24 @@ class ReferenceJob:
         self._stopping = threading.Event()
         # Held while a batch writes output and offsets, so a stop never cuts one in half.
         self._batch_lock = threading.Lock()
-        self._store = open_store(config.store_url)
-        if not self._store.writable:
-            raise ValueError(f"{config.store_url} is read-only: the job needs a writable offset store")
+        if (config.store_url is None) == (config.checkpoint_dir is None):
+            raise ValueError("give the job either an offset store URL or a checkpoint directory (exactly one)")
+        if config.checkpoint_dir is not None:
+            self._checkpoint_dir = Path(config.checkpoint_dir).absolute()
+            if config.group != self._checkpoint_dir.name:
+                raise ValueError(f"a checkpoint job's group is its checkpoint directory's name "
+                                 f"({self._checkpoint_dir.name!r}), as the dashboard's checkpoint store names it; "
+                                 f"got group {config.group!r}")
+            if config.out_of_range == "clamp":
+                raise ValueError("a checkpoint's offsets win over startingOffsets, so a checkpoint job cannot clamp an "
+                                 "out-of-range position: use out_of_range='fail'")
+            self._store = CheckpointStore(self._checkpoint_dir)
+        else:
+            self._checkpoint_dir = None
+            self._store = open_store(config.store_url)
+            if not self._store.writable:
+                raise ValueError(f"{config.store_url} is read-only: the job needs a writable offset store "
+                                 "(a Spark checkpoint: use the checkpoint mode)")
         self._sink = OutputSink(config.output_path, idempotent=config.idempotent_output)
         self._current: dict[int, int] = {}
         self.run_state: JobRun | None = None
@@ -92,10 +137,24 @@ class ReferenceJob:
         if hasattr(self._store, "ensure_table"):
             self._store.ensure_table()
         watermarks = KafkaWatermarkReader(cfg.bootstrap).topic_watermarks
-        plan = restart(self._store, cfg.topic, cfg.group, watermarks, cfg.on_missing, cfg.out_of_range)
         client = DashboardClient(cfg.dashboard_url, cfg.dashboard_token) if cfg.dashboard_url and cfg.dashboard_token else None
+        out_of_range = cfg.out_of_range or ("fail" if self._checkpoint_dir else "clamp")
+        plan = restart(
+            self._store, cfg.topic, cfg.group, watermarks, cfg.on_missing, out_of_range,
+            dashboard=client, instance=cfg.instance, rewind_policy=cfg.rewind_policy,
+            save_target=self._start_fresh_checkpoint if self._checkpoint_dir else None,
+        )
         report_start_quietly(client, plan)
         return plan
+
+    def _start_fresh_checkpoint(self, target: BatchOffsets, rewind_id: int) -> None:
+        """A checkpoint job's way to save a rewind's target: Spark would resume from the old
+        checkpoint whatever startingOffsets says, so it is moved aside (kept) and a fresh one
+        starts with the marker the collectors verify the rewind from."""
+        suffix = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        moved = start_fresh_checkpoint(self._checkpoint_dir, target, rewind_id=rewind_id, aside_suffix=suffix)
+        log.warning("rewind #%s: checkpoint %s %s; a fresh one starts from the target %s", rewind_id,
+                    self._checkpoint_dir, f"moved aside to {moved} (kept)" if moved else "did not exist", target.offsets)
 
     def start(self):
         cfg = self.config
@@ -107,7 +166,11 @@ class ReferenceJob:
             starting_offsets=plan.spark_starting_offsets(), partitions=len(plan.offsets),
             max_offsets_per_partition=cfg.max_offsets_per_partition,
         )
-        self._checkpoint = Path(tempfile.mkdtemp(prefix="offsetwatch-ckpt-"))
+        if self._checkpoint_dir is not None:
+            self._checkpoint = self._checkpoint_dir  # kept across runs: it is the position
+            self._checkpoint.mkdir(parents=True, exist_ok=True)
+        else:
+            self._checkpoint = Path(tempfile.mkdtemp(prefix="offsetwatch-ckpt-"))
         self.query = (
             reader.load()
             .writeStream.foreachBatch(self._process_batch)
@@ -120,8 +183,10 @@ class ReferenceJob:
 
     def _process_batch(self, df, batch_id: int) -> None:
         with self._batch_lock:
-            if self._stopping.is_set():
-                # Nothing written and no offsets saved: the next run re-reads this range.
+            if self._stopping.is_set() and self._checkpoint_dir is None:
+                # Nothing written and no offsets saved: the next run re-reads this range. (Not in
+                # checkpoint mode: Spark commits a batch whose function returned, so skipping its
+                # output there would lose it; the batch is processed, the stop waits for it.)
                 return
             batch_time_ms = int(time.time() * 1000)
             rows = df.select("topic", "partition", "offset", "value").collect()
@@ -134,7 +199,9 @@ class ReferenceJob:
             batch = BatchOffsets(self.config.topic, self.config.group, batch_time_ms, until)
             self._maybe_crash(batch_id)
             # After the output, never before: a crash in between re-processes one batch (at-least-once).
-            self._store.save_batch(batch)
+            # A checkpoint job's position is Spark's commit of this batch, written when we return.
+            if self._checkpoint_dir is None:
+                self._store.save_batch(batch)
             self._current = until
             self.run_state.records_written += written
             self.run_state.batches_saved.append(batch)
@@ -159,7 +226,8 @@ class ReferenceJob:
         if self.query is not None:
             self.query.stop()
         self._store.close()
-        shutil.rmtree(getattr(self, "_checkpoint", ""), ignore_errors=True)
+        if self._checkpoint_dir is None:  # a temporary checkpoint; a kept one is the position
+            shutil.rmtree(getattr(self, "_checkpoint", ""), ignore_errors=True)
 
     def run_until(self, stop: threading.Event) -> None:
         """Run until `stop` is set (signal handler) or the query fails; always stops cleanly."""
@@ -177,10 +245,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Offset Watch reference streaming job (PySpark).")
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)
-    parser.add_argument("--group", required=True)
-    parser.add_argument("--store", required=True, help="hbase://..., zk://..., kafka://... or file:///...")
+    parser.add_argument("--group", help="the consumer group (with --checkpoint: the directory's name, the default)")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--store", help="hbase://..., zk://..., kafka://... or file:///...")
+    mode.add_argument("--checkpoint", type=Path, metavar="DIR",
+                      help="keep Spark's checkpoint in DIR across runs instead of an offset store")
     parser.add_argument("--on-missing", choices=["earliest", "latest", "fail"], default="earliest")
-    parser.add_argument("--out-of-range", choices=["clamp", "fail"], default="clamp")
+    parser.add_argument("--out-of-range", choices=["clamp", "fail"],
+                        help="default: clamp with --store; a checkpoint job can only fail")
+    parser.add_argument("--rewind-policy", choices=["proceed", "wait"], default="proceed",
+                        help="when the dashboard cannot be asked for an approved rewind: start from the stored "
+                             "offsets (proceed) or refuse to start (wait)")
     parser.add_argument("--output", required=True, type=Path)
     parser.add_argument("--trigger-seconds", type=float, default=2.0)
     parser.add_argument("--max-offsets-per-partition", type=int)
@@ -194,6 +269,13 @@ def main() -> None:
                              "(needs --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>)")
     parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "offsetwatch-spark")
     args = parser.parse_args()
+    if args.checkpoint is not None:
+        args.checkpoint = args.checkpoint.absolute()
+    group = args.group or (args.checkpoint.name if args.checkpoint is not None else None)
+    if group is None:
+        parser.error("--group is required with --store")
+    if args.checkpoint is not None and args.out_of_range == "clamp":
+        parser.error("--out-of-range clamp is impossible with --checkpoint: Spark resumes from the checkpoint's offsets")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from pipeline.spark_session import build_spark_session
@@ -206,7 +288,8 @@ def main() -> None:
     job = ReferenceJob(
         spark,
         JobConfig(
-            bootstrap=args.bootstrap, topic=args.topic, group=args.group, store_url=args.store,
+            bootstrap=args.bootstrap, topic=args.topic, group=group, store_url=args.store,
+            checkpoint_dir=args.checkpoint, rewind_policy=args.rewind_policy,
             output_path=args.output, trigger_seconds=args.trigger_seconds,
             max_offsets_per_partition=args.max_offsets_per_partition,
             on_missing=args.on_missing, out_of_range=args.out_of_range,

@@ -34,12 +34,26 @@ version line, truncated, not JSON, negative or non-numeric offsets, a source off
 a Kafka one, a batch file name that is not a batch id) are reported as RowProblems naming the
 file by `history()` and `list_pipelines()`; `load_latest` raises MalformedRecord only when the
 newest committed batch cannot be read (Spark itself could not restart from it either).
+
+Rewound checkpoint jobs (pipeline/job.py --checkpoint). A checkpoint's offsets win over
+`startingOffsets`, so a job applying a rewind moves the old checkpoint aside
+(`<dir>.before-rewind-<id>-<UTC time>`, kept for forensics, never read as a pipeline) and starts
+a fresh one from the target. Before its query starts it writes `<dir>/offsetwatch-start.json`:
+
+    {"batch_time_ms": <epoch ms>, "topic": "<topic>", "offsets": {"0": 30, ...}, "rewind": <id>}
+
+That marker is the checkpoint's first batch in `history()` (dated by its `batch_time_ms`, no
+batch id), so the collectors verify the rewind from it like any store's marker batch; and while
+the fresh checkpoint has no committed batch, `load_latest` returns it (a job that crashed right
+after the rewind restarts from the target, as Spark would from `startingOffsets`). A directory
+holding only the marker is a checkpoint too.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote
@@ -60,6 +74,73 @@ PARTITION_RE = re.compile(r"0|[1-9][0-9]{0,9}")
 VERSION_RE = re.compile(r"v([0-9]{1,9})")
 # What DataStreamReader.name() accepts; a JSON offset can never look like one.
 SOURCE_NAME_RE = re.compile(r"[A-Za-z0-9_]+")
+START_FILE = "offsetwatch-start.json"
+# Checkpoints a rewind moved aside: kept for forensics, not pipelines.
+ASIDE_MARK = ".before-rewind-"
+
+
+def is_checkpoint_dir(path: Path) -> bool:
+    """Spark's offsets log, or (a fresh checkpoint of a rewound job) only the start marker."""
+    return (path / "offsets").is_dir() or (path / START_FILE).is_file()
+
+
+def parse_start_file(data: bytes) -> tuple[int, str, dict[int, int], int | None]:
+    """(batch time ms, topic, offsets, rewind id) of an offsetwatch-start.json; _Bad otherwise."""
+    try:
+        meta = _loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _Bad(f"not JSON (truncated?): {exc}") from None
+    if not isinstance(meta, dict):
+        raise _Bad("not a JSON object")
+    batch_time, topic, offsets, rewind = (meta.get(k) for k in ("batch_time_ms", "topic", "offsets", "rewind"))
+    if type(batch_time) is not int or not 0 <= batch_time <= MAX_LONG:
+        raise _Bad(f"batch_time_ms {batch_time!r} is not epoch milliseconds")
+    if not isinstance(topic, str) or not topic:
+        raise _Bad(f"topic {topic!r} is not a topic name")
+    if not isinstance(offsets, dict) or not offsets:
+        raise _Bad("offsets is not a non-empty {\"<partition>\": <offset>} object")
+    if rewind is not None and type(rewind) is not int:
+        raise _Bad(f"rewind {rewind!r} is not a rewind id")
+    return batch_time, topic, _partition_offsets("offsets", offsets), rewind
+
+
+def format_start_file(batch: BatchOffsets, rewind_id: int | None) -> bytes:
+    return json.dumps({"batch_time_ms": batch.batch_time_ms, "topic": batch.topic,
+                       "offsets": {str(p): o for p, o in sorted(batch.offsets.items())}, "rewind": rewind_id}).encode()
+
+
+def start_fresh_checkpoint(directory: Path, batch: BatchOffsets, *, rewind_id: int, aside_suffix: str) -> Path | None:
+    """For a checkpoint job applying a rewind: move `directory` aside to
+    `<directory>.before-rewind-<id>-<aside_suffix>` (never deleted), make it anew, and write the
+    start marker (temp file, fsync, rename, fsync dir), before the query starts. Returns where
+    the old checkpoint went (None if there was none)."""
+    directory = Path(directory)
+    moved = None
+    if directory.exists():
+        moved = directory.with_name(f"{directory.name}{ASIDE_MARK}{rewind_id}-{aside_suffix}")
+        if moved.exists():
+            raise FileExistsError(f"{moved} exists already: not overwriting a kept checkpoint")
+        os.rename(directory, moved)
+    directory.mkdir(parents=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{START_FILE}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(format_start_file(batch, rewind_id))
+            out.flush()
+            os.fchmod(out.fileno(), 0o644)  # readable by the dashboard's user
+            os.fsync(out.fileno())
+        os.replace(tmp, directory / START_FILE)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    for d in (directory, directory.parent):  # the rename and the new directory, durable
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return moved
 
 
 class _Bad(Exception):
@@ -217,7 +298,7 @@ class CheckpointStore(StoreBase):
 
     # --- layout ---------------------------------------------------------------------------------
     def _is_single(self) -> bool:
-        return (self.path / "offsets").is_dir()
+        return is_checkpoint_dir(self.path)
 
     def checkpoints(self, problems: list[RowProblem] | None = None) -> list[tuple[str, Path]]:
         """(group, directory) of every checkpoint the URL covers, by name."""
@@ -236,7 +317,7 @@ class CheckpointStore(StoreBase):
             return []
         return [
             (e.name, Path(e.path)) for e in entries
-            if not e.name.startswith(".") and e.is_dir() and (Path(e.path) / "offsets").is_dir()
+            if not e.name.startswith(".") and ASIDE_MARK not in e.name and e.is_dir() and is_checkpoint_dir(Path(e.path))
         ]
 
     def checkpoint_of(self, group: str) -> Path | None:
@@ -245,7 +326,7 @@ class CheckpointStore(StoreBase):
         if self._is_single():
             return self.path if self.path.name == group else None
         candidate = self.path / group
-        return candidate if (candidate / "offsets").is_dir() else None
+        return candidate if is_checkpoint_dir(candidate) else None
 
     def batch_files(self, directory: Path, problems: list[RowProblem]) -> dict[int, Path]:
         """{batch id: file} in offsets/ or commits/; names that are not batch ids are reported."""
@@ -293,6 +374,32 @@ class CheckpointStore(StoreBase):
         except _Bad as exc:
             raise MalformedRecord(self.name, str(path), str(exc)) from None
 
+    def read_start(self, directory: Path, topic: str, group: str) -> BatchOffsets | None:
+        """The start marker of a rewound checkpoint as a batch of `topic` (None: no marker, or it
+        is another topic's); MalformedRecord names the file and what is wrong."""
+        path = directory / START_FILE
+        if not path.is_file():
+            return None
+        try:
+            batch_time, marked_topic, offsets, _ = parse_start_file(self._read(path))
+        except _Bad as exc:
+            raise MalformedRecord(self.name, str(path), str(exc)) from None
+        if marked_topic != topic:
+            return None
+        return BatchOffsets(topic, group, batch_time, offsets)
+
+    def _start_topic(self, directory: Path, problems: list[RowProblem]) -> str | None:
+        path = directory / START_FILE
+        if not path.is_file():
+            return None
+        try:
+            return parse_start_file(self._read(path))[1]
+        except _Bad as exc:
+            problems.append(RowProblem(self.name, str(path), str(exc)))
+        except OffsetStoreError as exc:
+            problems.append(RowProblem(self.name, exc.key, exc.problem))
+        return None
+
     def _batch(self, topic: str, group: str, parsed: OffsetsFile, path: Path, committed: bool) -> BatchOffsets | None:
         """The topic's batch from a decoded file; None if the file does not name the topic.
 
@@ -324,7 +431,8 @@ class CheckpointStore(StoreBase):
         commits = self.batch_files(directory / "commits", ignored)
         committed = sorted(set(offsets) & set(commits))
         if not committed:
-            return None
+            # A rewound job's fresh checkpoint before its first batch: the target it starts from.
+            return self.read_start(directory, topic, group)
         newest = committed[-1]
         self.read_commit(commits[newest])
         parsed = self.read_offsets(newest, offsets[newest])
@@ -343,6 +451,13 @@ class CheckpointStore(StoreBase):
         directory = self.checkpoint_of(group)
         if directory is None:
             return page
+        try:
+            start = self.read_start(directory, topic, group)
+        except OffsetStoreError as exc:
+            start = None
+            page.problems.append(RowProblem(self.name, exc.key, exc.problem))
+        if start is not None and start_ms <= start.batch_time_ms and (end_ms is None or start.batch_time_ms <= end_ms):
+            page.batches.append(start)  # the first batch: written before the query's first one
         offsets = self.batch_files(directory / "offsets", page.problems)
         commits = self.batch_files(directory / "commits", page.problems)
         for batch_id in sorted(offsets):
@@ -379,6 +494,9 @@ class CheckpointStore(StoreBase):
         found: set[PipelineKey] = set()
         problems: list[RowProblem] = []
         for group, directory in self.checkpoints(problems):
+            start_topic = self._start_topic(directory, problems)
+            if start_topic is not None:
+                found.add(PipelineKey(start_topic, group))
             offsets = self.batch_files(directory / "offsets", problems)
             unknown_reported = False
             for batch_id in sorted(offsets, reverse=True):

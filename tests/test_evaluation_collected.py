@@ -130,3 +130,34 @@ def test_without_record_timestamps_lag_in_seconds_is_unknown_until_there_are_sam
     # One watermark sample only: the interpolation honestly says it does not know yet.
     assert evaluation.lag_seconds is None and evaluation.lag_seconds_method.startswith("unknown")
     assert evaluation.partitions[0]["lag_method"].startswith("unknown")
+
+
+def test_a_store_poll_between_a_cluster_poll_s_reads_is_not_a_stall(unique_name):
+    """The demo's race: a cluster poll reads the committed offsets, the store poll then records
+    newer batches, and the cluster poll stores its sample. The sample keeps the batch time read
+    with its offsets, so "batches came but offsets stood still" is not concluded from it."""
+    from datetime import timedelta
+
+    from dashboard import selectors
+    from dashboard.models import LagSample
+    from tests.factories import offline_pipeline
+
+    now = timezone.now()
+    ms = int(now.timestamp() * 1000)
+    p = offline_pipeline(unique_name, partitions={0: (0, 100)}, sampled_at=now - timedelta(seconds=10),
+                         batches=[(ms - 25_000, {0: 10}), (ms - 20_000, {0: 20}), (ms - 15_000, {0: 30})])
+    marks = WatermarkResult(by_topic={p.topic: {0: Watermarks(0, 0, 110)}})
+    read_first = selectors.committed_offsets(pipeline_ids=[p.pk])  # the cluster poll's read...
+    services.store_reading_record(store=p.store, reading=_reading(p, [(ms - 10_000, {0: 40}), (ms - 5_000, {0: 50})]))
+    services.watermarks_record(cluster=p.store.cluster, result=marks, sampled_at=now, committed=read_first)
+    sample = LagSample.objects.filter(pipeline=p).latest("sampled_at")
+    assert sample.last_batch_ms == ms - 15_000  # the batch its offsets came from, not the newer one
+    assert PipelineEvaluation.objects.get(pipeline=p).status != Status.STALLED
+
+
+def _reading(pipeline, batches):
+    from collectors.readers import StoreReading
+    from streamoffsets.types import BatchOffsets, PipelineKey
+
+    key = PipelineKey(pipeline.topic, pipeline.group)
+    return StoreReading(pipelines=[key], batches={key: [BatchOffsets(pipeline.topic, pipeline.group, t, o) for t, o in batches]})

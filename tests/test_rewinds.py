@@ -335,3 +335,38 @@ def test_the_broker_timestamp_lookup_runs_against_the_real_broker(stack, unique_
     produce(stack.kafka_bootstrap, topic, 2, 10)
     answer = KafkaWatermarkReader(stack.kafka_bootstrap).offsets_for_time(topic, T0)
     assert set(answer) == {0, 1} and all(0 <= o <= 5 for o in answer.values())
+
+
+def test_a_claim_never_applied_fails_after_the_timeout(payments, actors, settings):
+    r = approved(payments, actors)
+    job_client(payments).post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "host-a:1"}, content_type="application/json")
+    rewinds_expire(now=timezone.now() + timedelta(seconds=settings.REWIND_VERIFY_TIMEOUT_S + 1))
+    r.refresh_from_db()
+    assert r.status == "failed" and "host-a:1 claimed it but never reported applying it" in r.outcome
+
+
+def test_a_store_without_history_keeps_the_sample_that_verifies_even_if_unchanged(unique_name, actors):
+    """Offsets files, ZooKeeper and Kafka groups are sampled: a sample equal to the previous one is
+    dropped, except the first after an applied rewind's marker (the replay ended where it was)."""
+    from dashboard.models import Store
+
+    p = offline_pipeline(unique_name, partitions={0: (0, 100)}, batches=[(T0, {0: 10}), (T0 + 10_000, {0: 50})])
+    Store.objects.filter(pk=p.store_id).update(kind="file", url="file:///nonexistent")
+    r = rewind_decide(rewind=rewind_request(pipeline=p, user=actors["olga"], kind="batch",
+                                            spec={"batch_time_ms": T0}, reason="replay"), user=actors["amir"], approve=True)
+    job = job_client(p)
+    job.post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "a"}, content_type="application/json")
+    job.post(f"/api/v1/rewinds/{r.pk}/applied", {"instance": "a", "offsets": {"0": 10}, "marker_batch_ms": T0 + 20_000},
+             content_type="application/json")
+    key = PipelineKey(p.topic, p.group)
+    # The replay ran between two polls and ended at 50 again: the same offsets as the last sample.
+    services.store_reading_record(store=p.store, reading=StoreReading(
+        pipelines=[key], keeps_history=False, batches={key: [BatchOffsets(p.topic, p.group, T0 + 30_000, {0: 50})]}))
+    assert p.batches.filter(batch_time_ms=T0 + 30_000).exists()
+    rewinds_verify(pipeline_ids=[p.pk])
+    r.refresh_from_db()
+    assert r.status == "verified"
+    # Once verified, an unchanged sample is dropped again.
+    services.store_reading_record(store=p.store, reading=StoreReading(
+        pipelines=[key], keeps_history=False, batches={key: [BatchOffsets(p.topic, p.group, T0 + 40_000, {0: 50})]}))
+    assert not p.batches.filter(batch_time_ms=T0 + 40_000).exists()
