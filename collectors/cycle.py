@@ -73,6 +73,7 @@ def poll_store(store_id: int) -> int:
             selectors.store_positions(store=store),
             max_batches=settings.MAX_BATCHES_PER_CYCLE,
             timeout_s=settings.IO_TIMEOUT_S,
+            kafka_config=selectors.kafka_client_config(cluster_name=store.cluster.name),
         )
         added = services.store_reading_record(store=store, reading=reading)
     # Rewinds applied to this store's pipelines are verified from the batches just recorded.
@@ -86,7 +87,8 @@ def poll_cluster(cluster_id: int) -> int:
     with _polling(f"cluster:{cluster.pk}", f"cluster {cluster.name} ({cluster.bootstrap_servers})") as outcome:
         topics = selectors.cluster_topics(cluster=cluster)
         result = read_watermarks(cluster.bootstrap_servers, topics, timeout_s=settings.IO_TIMEOUT_S,
-                                 chunk_size=settings.KAFKA_LIST_OFFSETS_CHUNK)
+                                 chunk_size=settings.KAFKA_LIST_OFFSETS_CHUNK,
+                                 config=selectors.kafka_client_config(cluster_name=cluster.name))
         warnings = [f"topic {t!r}: {why}" for t, why in sorted(result.missing.items())]
         topics_of, committed = selectors.cluster_committed(cluster=cluster, topics=list(result.by_topic))
         record_times, problem = _record_times(cluster, result, topics_of, committed)
@@ -110,7 +112,8 @@ def _record_times(
     if not positions:
         return {}, None
     try:
-        times = read_record_timestamps(cluster.bootstrap_servers, positions, timeout_s=settings.IO_TIMEOUT_S)
+        times = read_record_timestamps(cluster.bootstrap_servers, positions, timeout_s=settings.IO_TIMEOUT_S,
+                                       config=selectors.kafka_client_config(cluster_name=cluster.name))
     except OffsetStoreError as exc:
         return {}, f"record timestamps not read ({exc}); lag in seconds interpolated"
     return {(t, p, positions[(t, p)]): ms for (t, p), ms in times.items()}, None

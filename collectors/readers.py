@@ -22,9 +22,11 @@ class StoreReading:
     more: set[PipelineKey] = field(default_factory=set)
 
 
-def read_store(url: str, positions: dict[PipelineKey, int], max_batches: int, timeout_s: float) -> StoreReading:
+def read_store(
+    url: str, positions: dict[PipelineKey, int], max_batches: int, timeout_s: float, kafka_config: dict | None = None
+) -> StoreReading:
     """Discover the pipelines in a store and read each one's batches after its position."""
-    with closing(open_store(url, timeout_s=timeout_s)) as store:
+    with closing(open_store(url, timeout_s=timeout_s, kafka_config=kafka_config)) as store:
         reading = StoreReading(keeps_history=store.keeps_history)
         if hasattr(store, "snapshot"):
             # Stores that only hold current offsets can give every pipeline's in one pass.
@@ -50,9 +52,14 @@ def read_store(url: str, positions: dict[PipelineKey, int], max_batches: int, ti
     return reading
 
 
-def read_watermarks(bootstrap: str, topics: list[str], timeout_s: float, chunk_size: int = 500) -> WatermarkResult:
-    return KafkaWatermarkReader(bootstrap, timeout_s=timeout_s, chunk_size=chunk_size).watermarks(sorted(set(topics)))
+def read_watermarks(
+    bootstrap: str, topics: list[str], timeout_s: float, chunk_size: int = 500, config: dict | None = None
+) -> WatermarkResult:
+    reader = KafkaWatermarkReader(bootstrap, timeout_s=timeout_s, chunk_size=chunk_size, config=config)
+    return reader.watermarks(sorted(set(topics)))
 
 
-def read_record_timestamps(bootstrap: str, positions: dict[tuple[str, int], int], timeout_s: float) -> dict[tuple[str, int], int]:
-    return KafkaWatermarkReader(bootstrap, timeout_s=timeout_s).record_timestamps(positions)
+def read_record_timestamps(
+    bootstrap: str, positions: dict[tuple[str, int], int], timeout_s: float, config: dict | None = None
+) -> dict[tuple[str, int], int]:
+    return KafkaWatermarkReader(bootstrap, timeout_s=timeout_s, config=config).record_timestamps(positions)

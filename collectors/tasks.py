@@ -12,9 +12,9 @@ from dashboard.models import Cluster, Store
 
 log = logging.getLogger(__name__)
 
-# A poll may take a few I/O timeouts; the hard limit bounds a stuck one.
-SOFT_LIMIT_S = max(30, int(settings.IO_TIMEOUT_S * 6))
-HARD_LIMIT_S = SOFT_LIMIT_S + 15
+# A poll may take a few I/O timeouts; the hard limit bounds a stuck one (OFFSETWATCH_POLL_TIME_LIMIT).
+SOFT_LIMIT_S = settings.POLL_SOFT_TIME_LIMIT_S
+HARD_LIMIT_S = settings.POLL_HARD_TIME_LIMIT_S
 
 
 @shared_task(name="collectors.tasks.collect_all", ignore_result=True)

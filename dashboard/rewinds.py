@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from dashboard import notify
+from dashboard import notify, selectors
 from dashboard.audit import audit_append
 from dashboard.models import Batch, Pipeline, RewindRequest, WatermarkSample
 from dashboard.roles import APPROVER, OPERATOR, user_has_role
@@ -95,7 +95,8 @@ def broker_offsets_for_time(*, pipeline: Pipeline, time_ms) -> dict[int, int]:
 
     if not isinstance(time_ms, int):
         raise RewindRefused(f"a point in time is needed, not {time_ms!r}")
-    reader = KafkaWatermarkReader(pipeline.store.cluster.bootstrap_servers, timeout_s=settings.IO_TIMEOUT_S)
+    reader = KafkaWatermarkReader(pipeline.store.cluster.bootstrap_servers, timeout_s=settings.IO_TIMEOUT_S,
+                                  config=selectors.kafka_client_config(cluster_name=pipeline.store.cluster.name))
     try:
         return reader.offsets_for_time(pipeline.topic, time_ms)
     except OffsetStoreError as exc:
@@ -435,7 +436,8 @@ def rewind_write_to_store(*, rewind: RewindRequest, user, remote_addr: str = "")
     marker_ms = int(timezone.now().timestamp() * 1000)
     target = {int(p): o for p, o in rewind.target_offsets.items()}
     try:
-        with open_store(pipeline.store.url, timeout_s=settings.IO_TIMEOUT_S) as store:
+        with open_store(pipeline.store.url, timeout_s=settings.IO_TIMEOUT_S,
+                        kafka_config=selectors.kafka_client_config(cluster_name=pipeline.store.cluster.name)) as store:
             store.save_batch(BatchOffsets(pipeline.topic, pipeline.group, marker_ms, target))
     except (OffsetStoreError, OSError) as exc:
         return _finish(claimed, Status.FAILED, f"writing the target into store {pipeline.store.name} failed: {exc}",

@@ -96,6 +96,11 @@ def store_names() -> list[str]:
     return list(Store.objects.order_by("name").values_list("name", flat=True))
 
 
+def kafka_client_config(*, cluster_name: str) -> dict | None:
+    """The librdkafka properties configured for a cluster (OFFSETWATCH_KAFKA_CLIENT_CONFIGS), None if none."""
+    return settings.KAFKA_CLIENT_CONFIGS.get(cluster_name) or None
+
+
 def cluster_names() -> list[str]:
     return list(Cluster.objects.order_by("name").values_list("name", flat=True))
 

@@ -11,9 +11,15 @@ Environment variables (see README, configuration):
   OFFSETWATCH_METRICS_INCLUDE, OFFSETWATCH_METRICS_EXCLUDE, OFFSETWATCH_METRICS_PER_PARTITION,
   OFFSETWATCH_NOTIFY_WEBHOOK_URL, OFFSETWATCH_NOTIFY_EMAILS, OFFSETWATCH_NOTIFY_TIMEOUT, OFFSETWATCH_NOTIFY_RETRIES,
   OFFSETWATCH_EMAIL_HOST, _PORT, _FROM, _USER, _PASSWORD, _USE_TLS
+  OFFSETWATCH_ENV (development | production), OFFSETWATCH_CSRF_TRUSTED_ORIGINS, OFFSETWATCH_SECURE_COOKIES,
+  OFFSETWATCH_SECURE_PROXY_SSL_HEADER, OFFSETWATCH_HSTS_SECONDS, OFFSETWATCH_HSTS_INCLUDE_SUBDOMAINS,
+  OFFSETWATCH_SERVE_STATIC, OFFSETWATCH_STATIC_ROOT, OFFSETWATCH_LOG_FORMAT, OFFSETWATCH_LOG_LEVEL,
+  OFFSETWATCH_CELERY_QUEUES, OFFSETWATCH_CELERY_CONCURRENCY, OFFSETWATCH_CELERY_MAX_TASKS_PER_CHILD,
+  OFFSETWATCH_POLL_TIME_LIMIT, OFFSETWATCH_KAFKA_CLIENT_CONFIGS
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -61,6 +67,20 @@ def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
 
 
+def env_json_object(name: str) -> dict:
+    """A JSON object (NAME or NAME_FILE); empty when unset. Errors name the variable."""
+    raw = env_str(name, "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{name} is not valid JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a JSON object ({{...}}), not {type(value).__name__}")
+    return value
+
+
 def database_from_url(url: str) -> dict:
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
@@ -90,11 +110,60 @@ def database_from_url(url: str) -> dict:
     raise ValueError(f"DATABASE_URL scheme {parsed.scheme!r} is not supported (use sqlite or postgres)")
 
 
+# Production is said explicitly (compose sets it), not guessed from DEBUG: the tests and the demo
+# also run with DEBUG off, on the local defaults below, and must keep doing so.
+DEPLOY_ENV = env_str("OFFSETWATCH_ENV", "development").strip().lower()
+if DEPLOY_ENV not in {"development", "production"}:
+    raise ValueError(f"OFFSETWATCH_ENV={DEPLOY_ENV!r} is not a known environment (use development or production)")
+PRODUCTION = DEPLOY_ENV == "production"
 DEBUG = env_bool("OFFSETWATCH_DEBUG", False)
 RUN_DIR = Path(env_str("OFFSETWATCH_RUN_DIR", str(BASE_DIR / ".run")))
-# Local-only default key: the production settings (deployment issue) refuse to start without one.
-SECRET_KEY = env_str("OFFSETWATCH_SECRET_KEY", "offset-watch-local-development-key-not-for-production")
+# Local-only default key: production refuses to start with it (check_production below).
+LOCAL_SECRET_KEY = "offset-watch-local-development-key-not-for-production"
+SECRET_KEY = env_str("OFFSETWATCH_SECRET_KEY", LOCAL_SECRET_KEY)
 ALLOWED_HOSTS = [h for h in env_str("OFFSETWATCH_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
+MIN_SECRET_KEY_LENGTH = 50
+
+
+def check_production(*, secret_key: str, debug: bool, allowed_hosts: list[str]) -> None:
+    """Refuse settings that are unsafe on a network; the error names the variable and the fix."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    if secret_key == LOCAL_SECRET_KEY or secret_key.startswith("change-me"):
+        raise ImproperlyConfigured(
+            "OFFSETWATCH_SECRET_KEY is the local default or the .env.example placeholder: set "
+            "OFFSETWATCH_SECRET_KEY (or OFFSETWATCH_SECRET_KEY_FILE) to a random value of at least "
+            f"{MIN_SECRET_KEY_LENGTH} characters, e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'")
+    if len(secret_key) < MIN_SECRET_KEY_LENGTH:
+        raise ImproperlyConfigured(
+            f"OFFSETWATCH_SECRET_KEY has {len(secret_key)} characters: set it to a random value of at least "
+            f"{MIN_SECRET_KEY_LENGTH} characters")
+    if debug:
+        raise ImproperlyConfigured(
+            "OFFSETWATCH_DEBUG is on with OFFSETWATCH_ENV=production: debug pages show settings and code to "
+            "anyone; set OFFSETWATCH_DEBUG=false")
+    if not allowed_hosts or "*" in allowed_hosts:
+        raise ImproperlyConfigured(
+            f"OFFSETWATCH_ALLOWED_HOSTS is {'empty' if not allowed_hosts else 'a wildcard (*)'}: set it to the "
+            "comma-separated host names people use to reach the dashboard (e.g. offsetwatch.example.com)")
+
+
+if PRODUCTION:
+    check_production(secret_key=SECRET_KEY, debug=DEBUG, allowed_hosts=ALLOWED_HOSTS)
+
+# Behind TLS (production) cookies travel only over HTTPS; a trial over plain HTTP turns this off.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("OFFSETWATCH_SECURE_COOKIES", PRODUCTION)
+# Full origins (https://offsetwatch.example.com) whose POSTs pass the CSRF check behind a proxy.
+CSRF_TRUSTED_ORIGINS = env_list("OFFSETWATCH_CSRF_TRUSTED_ORIGINS")
+for _origin in CSRF_TRUSTED_ORIGINS:
+    if not _origin.startswith(("https://", "http://")):
+        raise ValueError(f"OFFSETWATCH_CSRF_TRUSTED_ORIGINS: {_origin!r} must be a full origin (https://host[:port])")
+# Opt-in: believe X-Forwarded-Proto only when a proxy that always sets it is the one way in.
+if env_bool("OFFSETWATCH_SECURE_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Opt-in HSTS: once browsers saw it they refuse plain HTTP for that long, so it is never a default.
+SECURE_HSTS_SECONDS = env_int("OFFSETWATCH_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("OFFSETWATCH_HSTS_INCLUDE_SUBDOMAINS", False)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -138,7 +207,17 @@ TIME_ZONE = env_str("OFFSETWATCH_TIME_ZONE", "UTC")
 USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(env_str("OFFSETWATCH_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+# gunicorn serves the collected static files itself through WhiteNoise (compressed, cache-forever
+# names from the manifest; `collectstatic` must have run): no separate web server to keep in step.
+SERVE_STATIC = env_bool("OFFSETWATCH_SERVE_STATIC", PRODUCTION)
+if SERVE_STATIC:
+    MIDDLEWARE.insert(MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1,
+                      "whitenoise.middleware.WhiteNoiseMiddleware")
+    STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    }
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "overview"
 LOGOUT_REDIRECT_URL = "login"
@@ -150,12 +229,45 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Queues: source polls go to "collect", everything else (prune, rewind expiry, exports,
+# notifications) to "default", so collectors can be scaled, or kept apart from slow exports, by
+# running workers on one queue each. A worker consumes OFFSETWATCH_CELERY_QUEUES (both by default).
+COLLECT_QUEUE, DEFAULT_QUEUE = "collect", "default"
+CELERY_TASK_DEFAULT_QUEUE = DEFAULT_QUEUE
+CELERY_TASK_ROUTES = {
+    "collectors.tasks.poll_store": {"queue": COLLECT_QUEUE},
+    "collectors.tasks.poll_cluster": {"queue": COLLECT_QUEUE},
+}
+CELERY_QUEUES = env_list("OFFSETWATCH_CELERY_QUEUES", f"{COLLECT_QUEUE},{DEFAULT_QUEUE}")
+for _queue in CELERY_QUEUES:
+    if _queue not in {COLLECT_QUEUE, DEFAULT_QUEUE}:
+        raise ValueError(f"OFFSETWATCH_CELERY_QUEUES: unknown queue {_queue!r} (use {COLLECT_QUEUE}, {DEFAULT_QUEUE})")
+CELERY_TASK_QUEUES = {name: {"exchange": name, "routing_key": name} for name in CELERY_QUEUES}
+# Processes per worker (unset: one per core). Polls wait on I/O, so a worker per machine with a
+# few processes each is the unit of scale; prefetch 1 hands each poll to the next free process
+# instead of queueing several behind one slow source.
+CELERY_WORKER_CONCURRENCY = env_int("OFFSETWATCH_CELERY_CONCURRENCY", 0) or None
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Recycle a worker process after this many tasks (0: never), bounding slow leaks of client libraries.
+CELERY_WORKER_MAX_TASKS_PER_CHILD = env_int("OFFSETWATCH_CELERY_MAX_TASKS_PER_CHILD", 0) or None
 
 # Collection
 POLL_INTERVAL_S = env_float("OFFSETWATCH_POLL_INTERVAL", 10.0)
 # Data older than this is shown as stale, not as current.
 STALE_AFTER_S = env_float("OFFSETWATCH_STALE_AFTER", max(3 * POLL_INTERVAL_S, 30.0))
 IO_TIMEOUT_S = env_float("OFFSETWATCH_IO_TIMEOUT", 5.0)
+# A poll may take a few I/O timeouts; the hard limit (seconds) kills a stuck one, the soft limit
+# 15 s earlier lets it record its failure first.
+POLL_HARD_TIME_LIMIT_S = env_int("OFFSETWATCH_POLL_TIME_LIMIT", max(30, int(IO_TIMEOUT_S * 6)) + 15)
+POLL_SOFT_TIME_LIMIT_S = max(1, POLL_HARD_TIME_LIMIT_S - 15)
+# librdkafka settings per cluster name (security.protocol, sasl.*, ssl.*): used for the cluster's
+# watermarks and for Kafka group-offset stores on it. Secrets stay out of the database; use
+# OFFSETWATCH_KAFKA_CLIENT_CONFIGS_FILE for a mounted secret file.
+KAFKA_CLIENT_CONFIGS = env_json_object("OFFSETWATCH_KAFKA_CLIENT_CONFIGS")
+for _cluster, _conf in KAFKA_CLIENT_CONFIGS.items():
+    if not isinstance(_conf, dict) or not all(isinstance(v, (str, int, float, bool)) for v in _conf.values()):
+        raise ValueError(f"OFFSETWATCH_KAFKA_CLIENT_CONFIGS[{_cluster!r}] must map librdkafka property names to "
+                         "strings or numbers")
 # Rows read from one store per pipeline per cycle; the first import of a long history
 # continues over the next cycles instead of making one cycle unbounded.
 MAX_BATCHES_PER_CYCLE = env_int("OFFSETWATCH_MAX_BATCHES_PER_CYCLE", 5000)
@@ -230,11 +342,20 @@ KAFKA_BOOTSTRAP = env_str("OFFSETWATCH_KAFKA_BOOTSTRAP", f"127.0.0.1:{STACK_KAFK
 HBASE_URL = env_str("OFFSETWATCH_HBASE_URL", f"hbase://127.0.0.1:{STACK_HBASE_PORT}/stream_kafka_offsets")
 ZOOKEEPER_HOSTS = env_str("OFFSETWATCH_ZOOKEEPER_HOSTS", f"127.0.0.1:{STACK_ZOOKEEPER_PORT}")
 
+# JSON lines on stdout in production (one object per record, for log shippers); plain text locally.
+LOG_FORMAT = env_str("OFFSETWATCH_LOG_FORMAT", "json" if PRODUCTION else "plain")
+if LOG_FORMAT not in {"json", "plain"}:
+    raise ValueError(f"OFFSETWATCH_LOG_FORMAT={LOG_FORMAT!r} is not a log format (use json or plain)")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "dashboard.jsonlog.JsonFormatter"},
+    },
+    # JSON to stdout (what container runtimes collect); plain text stays on stderr as it always was.
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT,
+                             "stream": "ext://sys.stdout" if LOG_FORMAT == "json" else "ext://sys.stderr"}},
     "root": {"handlers": ["console"], "level": env_str("OFFSETWATCH_LOG_LEVEL", "INFO")},
     # kaleido and its browser driver log every image at INFO: kept to warnings.
     "loggers": {name: {"level": "WARNING"} for name in ("kaleido", "choreographer", "logistro")},

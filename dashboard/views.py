@@ -323,12 +323,31 @@ def metrics_view(request):
     return HttpResponse(text, content_type=metrics.CONTENT_TYPE)
 
 
+def _redis_ping() -> None:
+    """Raise unless the Celery broker (Redis) answers within 2 s."""
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        client.ping()
+    finally:
+        client.close()
+
+
 @require_GET
 def healthz(request):
-    """Unauthenticated liveness: the database answers."""
+    """Unauthenticated health for load balancers and compose: the database and Redis (the broker
+    every collection goes through) answer. 503 names what failed."""
+    failed = {}
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
     except Exception as exc:
-        return JsonResponse({"status": "error", "database": str(exc)}, status=503)
+        failed["database"] = str(exc)
+    try:
+        _redis_ping()
+    except Exception as exc:
+        failed["redis"] = f"{type(exc).__name__}: {exc}"
+    if failed:
+        return JsonResponse({"status": "error", "failed": sorted(failed), **failed}, status=503)
     return JsonResponse({"status": "ok"})

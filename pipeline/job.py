@@ -35,8 +35,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from pipeline.kafka_source import KafkaDataSource
 from pipeline.output import OutputSink
+from pipeline.sources import SOURCES, kafka_stream_reader
 from streamoffsets.checkpoint import CheckpointStore, start_fresh_checkpoint
 from streamoffsets.dashboard_client import (
     DashboardClient,
@@ -84,6 +84,8 @@ class JobConfig:
     instance: str = field(default_factory=instance_id)
     # Keep Spark's checkpoint here across runs instead of an offset store (group = its name).
     checkpoint_dir: Path | None = None
+    # "python": the project's Python data source (no jar); "official": Spark's Kafka source (pipeline/sources.py).
+    source: str = "python"
 
 
 class SimulatedCrash(RuntimeError):
@@ -159,15 +161,11 @@ class ReferenceJob:
         plan = self.plan_start()
         self.run_state = JobRun(plan)
         self._current = dict(plan.offsets)
-        self.spark.dataSource.register(KafkaDataSource)
-        reader = (
-            self.spark.readStream.format("offsetwatch_kafka")
-            .option("kafka.bootstrap.servers", cfg.bootstrap)
-            .option("subscribe", cfg.topic)
-            .option("startingOffsets", plan.spark_starting_offsets())
+        reader = kafka_stream_reader(
+            self.spark, source=cfg.source, bootstrap=cfg.bootstrap, topic=cfg.topic,
+            starting_offsets=plan.spark_starting_offsets(), partitions=len(plan.offsets),
+            max_offsets_per_partition=cfg.max_offsets_per_partition,
         )
-        if cfg.max_offsets_per_partition:
-            reader = reader.option("maxOffsetsPerPartition", str(cfg.max_offsets_per_partition))
         if self._checkpoint_dir is not None:
             self._checkpoint = self._checkpoint_dir  # kept across runs: it is the position
             self._checkpoint.mkdir(parents=True, exist_ok=True)
@@ -266,6 +264,9 @@ def main() -> None:
     parser.add_argument("--dashboard-url", default=os.environ.get("OFFSETWATCH_DASHBOARD_URL"))
     parser.add_argument("--dashboard-token", default=os.environ.get("OFFSETWATCH_DASHBOARD_TOKEN"),
                         help="the pipeline's token (better: the env var, kept out of process lists)")
+    parser.add_argument("--source", choices=SOURCES, default="python",
+                        help="python: the project's Kafka data source (no jar); official: Spark's Kafka source "
+                             "(needs --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>)")
     parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "offsetwatch-spark")
     args = parser.parse_args()
     if args.checkpoint is not None:
@@ -294,7 +295,7 @@ def main() -> None:
             on_missing=args.on_missing, out_of_range=args.out_of_range,
             idempotent_output=not args.append_output,
             crash_after_output_at_batch=args.crash_after_output_at_batch, crash_by_exit=True,
-            dashboard_url=args.dashboard_url, dashboard_token=args.dashboard_token,
+            dashboard_url=args.dashboard_url, dashboard_token=args.dashboard_token, source=args.source,
         ),
     )
     try:

@@ -12,7 +12,7 @@ import socket
 import time
 from contextlib import contextmanager
 from typing import Iterator
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 import happybase
 from thriftpy2.transport import TTransportException
@@ -73,12 +73,24 @@ class HBaseOffsetStore(StoreBase):
 
     @classmethod
     def from_url(cls, url: str, timeout_ms: int = 5000) -> "HBaseOffsetStore":
-        """`hbase://host:port/table` (table defaults to stream_kafka_offsets)."""
+        """`hbase://host:port/table[?transport=buffered|framed&protocol=binary|compact]` (table
+        defaults to stream_kafka_offsets; transport and protocol as the Thrift server runs, by
+        default buffered and binary, HBase's and happybase's defaults)."""
         parsed = urlparse(url)
         if parsed.scheme != "hbase" or not parsed.hostname:
             raise ValueError(f"not an HBase store URL (hbase://host:port/table): {url!r}")
         table = parsed.path.strip("/") or DEFAULT_TABLE
-        return cls(parsed.hostname, parsed.port or 9090, table, timeout_ms=timeout_ms)
+        query = {k: v[-1] for k, v in parse_qs(parsed.query, keep_blank_values=True).items()}
+        options = {}
+        for name, allowed in (("transport", ("buffered", "framed")), ("protocol", ("binary", "compact"))):
+            value = query.pop(name, None)
+            if value is not None:
+                if value not in allowed:
+                    raise ValueError(f"HBase store URL: {name}={value!r} is not one of {', '.join(allowed)}")
+                options[name] = value
+        if query:
+            raise ValueError(f"HBase store URL: unknown option(s) {', '.join(sorted(query))} (transport, protocol)")
+        return cls(parsed.hostname, parsed.port or 9090, table, timeout_ms=timeout_ms, **options)
 
     # --- connection -----------------------------------------------------------------------
     def _connection(self) -> happybase.Connection:

@@ -47,11 +47,11 @@ class KafkaGroupOffsetStore(StoreBase):
         self._committers: dict[str, Consumer] = {}
 
     @classmethod
-    def from_url(cls, url: str, timeout_s: float = 5.0) -> "KafkaGroupOffsetStore":
+    def from_url(cls, url: str, timeout_s: float = 5.0, config: dict | None = None) -> "KafkaGroupOffsetStore":
         parsed = urlparse(url)
         if parsed.scheme != "kafka" or not parsed.netloc:
             raise ValueError(f"not a Kafka group-offsets store URL (kafka://host:port[,host:port]): {url!r}")
-        return cls(parsed.netloc, timeout_s=timeout_s)
+        return cls(parsed.netloc, timeout_s=timeout_s, config=config)
 
     def _admin_client(self) -> AdminClient:
         if self._admin is None:

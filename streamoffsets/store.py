@@ -9,7 +9,8 @@
 | checkpoint:///path                    | Structured Streaming checkpoint dir(s) | no       | yes     |
 
 Stores without history return their current state as (at most) one batch; the collectors'
-samples are then the history.
+samples are then the history. Options: `hbase://...?transport=framed&protocol=compact` (the
+Thrift server's; default buffered, binary), `zk://user:password@hosts/chroot` (digest ACLs).
 """
 from __future__ import annotations
 
@@ -83,8 +84,9 @@ def store_kind_of_url(url: str) -> str:
     return kind
 
 
-def open_store(url: str, timeout_s: float = 5.0) -> OffsetStore:
-    """Open the store a URL names (see the table above). ValueError names a bad URL."""
+def open_store(url: str, timeout_s: float = 5.0, kafka_config: dict | None = None) -> OffsetStore:
+    """Open the store a URL names (see the table above). ValueError names a bad URL.
+    `kafka_config`: librdkafka properties (security.protocol, sasl.*, ssl.*) for kafka:// stores."""
     scheme = urlparse(url).scheme
     if scheme == "hbase":
         from streamoffsets.hbase import HBaseOffsetStore
@@ -97,7 +99,7 @@ def open_store(url: str, timeout_s: float = 5.0) -> OffsetStore:
     if scheme == "kafka":
         from streamoffsets.kafka_groups import KafkaGroupOffsetStore
 
-        return KafkaGroupOffsetStore.from_url(url, timeout_s=timeout_s)
+        return KafkaGroupOffsetStore.from_url(url, timeout_s=timeout_s, config=kafka_config)
     if scheme == "file":
         from streamoffsets.offsetfile import OffsetFileStore
 

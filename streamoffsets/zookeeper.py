@@ -40,9 +40,10 @@ import re
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from kazoo.client import KazooClient
+from kazoo.security import CREATOR_ALL_ACL, READ_ACL_UNSAFE
 from kazoo.exceptions import (
     ConnectionDropped,
     ConnectionLoss,
@@ -105,7 +106,8 @@ class ZooKeeperOffsetStore(StoreBase):
     keeps_history = False
 
     def __init__(
-        self, hosts: str, chroot: str = "", timeout_s: float = 5.0, torn_after_ms: int = DEFAULT_TORN_AFTER_MS
+        self, hosts: str, chroot: str = "", timeout_s: float = 5.0, torn_after_ms: int = DEFAULT_TORN_AFTER_MS,
+        digest_auth: tuple[str, str] | None = None,
     ):
         chroot = chroot.rstrip("/")
         if chroot:
@@ -116,24 +118,40 @@ class ZooKeeperOffsetStore(StoreBase):
         if not hosts:
             raise ValueError("ZooKeeper hosts must not be empty (host:2181[,host2:2181])")
         self.hosts, self.chroot, self.timeout_s, self.torn_after_ms = hosts, chroot, timeout_s, torn_after_ms
-        self.name = f"zk://{hosts}{chroot}"
+        # Digest credentials (user, password) for ACL-protected paths. Nodes this store creates
+        # then get "all for this identity, read for anyone": only the job's identity can move
+        # its offsets, while the dashboard and tools can still read them.
+        self.digest_auth = digest_auth
+        self.name = f"zk://{hosts}{chroot}"  # never the credentials: the name is in every error
         self._client: KazooClient | None = None
 
     @classmethod
     def from_url(
         cls, url: str, timeout_s: float = 5.0, torn_after_ms: int = DEFAULT_TORN_AFTER_MS
     ) -> "ZooKeeperOffsetStore":
-        """`zk://host:2181[,host2:2181]/chroot` (chroot optional)."""
+        """`zk://[user:password@]host:2181[,host2:2181]/chroot` (chroot optional; user:password,
+        percent-encoded, authenticates with the digest scheme)."""
         parsed = urlparse(url)
         # netloc, not hostname/port: a connect string lists several host:port pairs.
         if parsed.scheme != "zk" or not parsed.netloc:
             raise ValueError(f"not a ZooKeeper store URL (zk://host:2181[,host2:2181]/chroot): {url!r}")
-        return cls(parsed.netloc, parsed.path, timeout_s=timeout_s, torn_after_ms=torn_after_ms)
+        userinfo, _, hosts = parsed.netloc.rpartition("@")
+        auth = None
+        if userinfo:
+            user, sep, password = userinfo.partition(":")
+            if not (user and sep):
+                raise ValueError("ZooKeeper credentials must be user:password@ in the store URL")
+            auth = (unquote(user), unquote(password))
+        return cls(hosts, parsed.path, timeout_s=timeout_s, torn_after_ms=torn_after_ms, digest_auth=auth)
 
     # --- connection -----------------------------------------------------------------------
     def _connection(self) -> KazooClient:
         if self._client is None:
-            client = KazooClient(hosts=self.hosts + self.chroot, timeout=self.timeout_s)
+            auth = {}
+            if self.digest_auth:
+                auth = {"auth_data": [("digest", ":".join(self.digest_auth))],
+                        "default_acl": CREATOR_ALL_ACL + READ_ACL_UNSAFE}
+            client = KazooClient(hosts=self.hosts + self.chroot, timeout=self.timeout_s, **auth)
             # start() stops and closes the client itself when it times out.
             client.start(timeout=self.timeout_s)
             self._client = client

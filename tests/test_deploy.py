@@ -1,0 +1,468 @@
+"""The deployment: docker-compose wiring, production settings, health checks, queues, client configs.
+
+No Docker engine runs here: the compose file is validated by `docker-compose config` and its
+wiring checked by reading it. Settings are loaded in fresh interpreters with the environment a
+container would have, as `django.setup()` in a service does.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "docker-compose.yml"
+SETTINGS_SOURCE = (ROOT / "dashboard" / "settings.py").read_text()
+GOOD_KEY = "k" * 20 + "-random-enough-for-the-check-" + "z" * 20
+APP_VARS = re.compile(r"^(OFFSETWATCH_\w+|DATABASE_URL|REDIS_URL)$")
+
+
+# --- docker-compose ----------------------------------------------------------------------------
+
+def env_example() -> dict[str, str]:
+    values = {}
+    for line in (ROOT / ".env.example").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, _, value = line.partition("=")
+            values[name.strip()] = value
+    return values
+
+
+@pytest.fixture(scope="module")
+def compose_dir(tmp_path_factory) -> Path:
+    """The compose file beside a .env made from .env.example (env_file: .env must exist)."""
+    d = tmp_path_factory.mktemp("compose")
+    shutil.copy(COMPOSE, d / "docker-compose.yml")
+    shutil.copy(ROOT / "Dockerfile", d / "Dockerfile")
+    env = env_example()
+    env["POSTGRES_PASSWORD"] = "placeholder-password"
+    env["OFFSETWATCH_SECRET_KEY"] = GOOD_KEY
+    (d / ".env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+    return d
+
+
+def docker_compose(directory: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not APP_VARS.match(k) and k != "POSTGRES_PASSWORD"}
+    return subprocess.run(["docker-compose", "-f", str(directory / "docker-compose.yml"), *args],
+                          cwd=directory, env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def normalized(compose_dir) -> dict:
+    result = docker_compose(compose_dir, "config")
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def raw() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def test_compose_config_is_valid(compose_dir):
+    result = docker_compose(compose_dir, "config", "-q")
+    assert result.returncode == 0, result.stderr
+
+
+def test_compose_refuses_to_run_without_the_env_file(tmp_path):
+    shutil.copy(COMPOSE, tmp_path / "docker-compose.yml")
+    result = docker_compose(tmp_path, "config", "-q")
+    assert result.returncode != 0
+    assert ".env" in result.stderr or "POSTGRES_PASSWORD" in result.stderr, result.stderr
+
+
+def test_the_services(normalized):
+    assert set(normalized["services"]) == {
+        "kafka", "zookeeper", "hbase", "postgres", "redis", "migrate", "web", "worker", "beat", "spark-job", "producer"}
+
+
+def read_by_settings(name: str) -> bool:
+    base = name.removesuffix("_FILE")
+    return f'"{name}"' in SETTINGS_SOURCE or f'"{base}"' in SETTINGS_SOURCE
+
+
+def test_every_app_variable_a_service_sets_is_read_by_the_settings(raw):
+    set_by_compose = {name for service in raw["services"].values()
+                      for name in (service.get("environment") or {}) if APP_VARS.match(name)}
+    assert {"DATABASE_URL", "REDIS_URL", "OFFSETWATCH_ENV"} <= set_by_compose
+    assert [name for name in sorted(set_by_compose) if not read_by_settings(name)] == []
+
+
+def test_every_env_example_variable_is_read_by_settings_or_compose():
+    compose_text = COMPOSE.read_text()
+    unread = [name for name in env_example()
+              if not read_by_settings(name) and not re.search(r"\$\{" + name + r"[:}]", compose_text)]
+    assert unread == []
+    # ...and it holds no real secret: the production check refuses its key.
+    assert env_example()["OFFSETWATCH_SECRET_KEY"].startswith("change-me")
+
+
+def test_secrets_stay_out_of_git():
+    assert ".env" in (ROOT / ".gitignore").read_text().split()
+    tracked = subprocess.run(["git", "ls-files", ".env"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert tracked.strip() == ""
+
+
+def test_published_host_ports_do_not_clash(normalized):
+    published = [str(p["published"]) for s in normalized["services"].values() for p in s.get("ports", [])]
+    assert published, "the dashboard must be published"
+    assert len(published) == len(set(published))
+    # Only the dashboard faces the host; brokers and databases stay on the compose network.
+    assert [name for name, s in normalized["services"].items() if s.get("ports")] == ["web"]
+
+
+def test_every_dependency_waits_for_health_or_completion(normalized):
+    services = normalized["services"]
+    for name, service in services.items():
+        for target, how in (service.get("depends_on") or {}).items():
+            condition = how["condition"]
+            if target == "migrate":
+                assert condition == "service_completed_successfully", (name, target)
+            else:
+                assert condition == "service_healthy", (name, target)
+                assert "healthcheck" in services[target], f"{name} waits for {target}, which has no healthcheck"
+
+
+def test_long_running_services_have_health_checks(normalized):
+    services = normalized["services"]
+    for name in ("kafka", "zookeeper", "hbase", "postgres", "redis", "web", "worker"):
+        assert services[name]["healthcheck"]["test"], name
+    web_check = " ".join(services["web"]["healthcheck"]["test"])
+    assert "/healthz" in web_check
+    worker_check = " ".join(services["worker"]["healthcheck"]["test"])
+    assert "inspect ping" in worker_check and "collectors.celery_app" in worker_check
+
+
+def test_commands(normalized):
+    services = normalized["services"]
+    beats = [name for name, s in services.items() if "beat" in (s.get("command") or [])]
+    assert beats == ["beat"]
+    assert services["web"]["command"][:2] == ["gunicorn", "dashboard.wsgi"]
+    assert services["worker"]["command"][:4] == ["celery", "-A", "collectors.celery_app", "worker"]
+    migrate = " ".join(services["migrate"]["command"])
+    assert migrate.index("migrate --noinput") < migrate.index("collectstatic --noinput")
+    job = services["spark-job"]
+    assert job["command"][:3] == ["python", "-m", "pipeline.job"] and "--source=official" in job["command"]
+    # The connector's version is the image's PySpark version (one SPARK_VERSION for both).
+    spark_version = job["build"]["args"]["SPARK_VERSION"]
+    assert f"spark-sql-kafka-0-10_2.13:{spark_version}" in job["environment"]["PYSPARK_SUBMIT_ARGS"]
+    assert all(s["environment"]["OFFSETWATCH_ENV"] == "production"
+               for name, s in services.items() if s.get("image", "").startswith("offsetwatch:"))
+
+
+def test_data_lives_in_named_volumes(normalized):
+    services = normalized["services"]
+    for name, path in [("postgres", "/var/lib/postgresql/data"), ("kafka", "/var/lib/kafka/data"),
+                       ("zookeeper", "/data"), ("hbase", "/data"), ("web", "/data/exports"),
+                       ("worker", "/data/exports")]:
+        # docker-compose v1 normalizes volumes to "source:target[:mode]"
+        mounts = {v.split(":")[1]: v.split(":")[0] for v in services[name]["volumes"]}
+        assert mounts[path] in normalized["volumes"], (name, path)  # a named volume, not a host path
+
+
+def test_setup_installs_docker_compose_for_tests_only_when_missing():
+    script = (ROOT / "scripts" / "setup.sh").read_text()
+    line = next(line for line in script.splitlines() if "docker-compose)" in line and "apt_packages+=" in line)
+    assert "want_test" in line and "command -v docker-compose" in line
+    assert "--no-install-recommends" in script
+
+
+# --- production settings -----------------------------------------------------------------------
+
+def load_settings(env: dict[str, str], code: str = "") -> subprocess.CompletedProcess:
+    """Import the settings in a fresh interpreter with exactly this application environment."""
+    base = {k: v for k, v in os.environ.items() if not APP_VARS.match(k)}
+    base.update({"DJANGO_SETTINGS_MODULE": "dashboard.settings", "DATABASE_URL": "sqlite:////tmp/ow-deploy-test.sqlite3"})
+    base.update(env)
+    script = "import django; django.setup()\nfrom django.conf import settings\n" + code
+    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=base, capture_output=True, text=True, timeout=60)
+
+
+PRODUCTION = {"OFFSETWATCH_ENV": "production", "OFFSETWATCH_SECRET_KEY": GOOD_KEY,
+              "OFFSETWATCH_ALLOWED_HOSTS": "offsetwatch.example.com"}
+
+
+@pytest.mark.parametrize("change, variable, says", [
+    # 1. the local default key (production must never sign sessions with a published key)
+    ({"OFFSETWATCH_SECRET_KEY": ""}, "OFFSETWATCH_SECRET_KEY", "local default"),
+    # 2. .env.example copied as is
+    ({"OFFSETWATCH_SECRET_KEY": env_example()["OFFSETWATCH_SECRET_KEY"]}, "OFFSETWATCH_SECRET_KEY", "placeholder"),
+    # 3. too short to resist guessing
+    ({"OFFSETWATCH_SECRET_KEY": "x" * 49}, "OFFSETWATCH_SECRET_KEY", "49 characters"),
+    # 4. debug pages on a network
+    ({"OFFSETWATCH_DEBUG": "true"}, "OFFSETWATCH_DEBUG", "set OFFSETWATCH_DEBUG=false"),
+    # 5. no host allowed: every request would fail, and an operator might "fix" it with *
+    ({"OFFSETWATCH_ALLOWED_HOSTS": ""}, "OFFSETWATCH_ALLOWED_HOSTS", "is empty"),
+    # 6. a wildcard: Host-header attacks
+    ({"OFFSETWATCH_ALLOWED_HOSTS": "offsetwatch.example.com,*"}, "OFFSETWATCH_ALLOWED_HOSTS", "wildcard"),
+])
+def test_production_refuses_unsafe_settings(change, variable, says):
+    env = {**PRODUCTION, **change}
+    if change.get("OFFSETWATCH_SECRET_KEY") == "":
+        del env["OFFSETWATCH_SECRET_KEY"]
+    result = load_settings(env)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("django.core.exceptions.ImproperlyConfigured:"), last
+    assert variable in last and says in last, last
+
+
+def test_production_settings_when_safe():
+    result = load_settings({**PRODUCTION, "OFFSETWATCH_CSRF_TRUSTED_ORIGINS": "https://offsetwatch.example.com",
+                            "OFFSETWATCH_SECURE_PROXY_SSL_HEADER": "true", "OFFSETWATCH_HSTS_SECONDS": "3600"},
+                           "import json; print(json.dumps([settings.SESSION_COOKIE_SECURE, settings.CSRF_COOKIE_SECURE, "
+                           "settings.CSRF_TRUSTED_ORIGINS, list(settings.SECURE_PROXY_SSL_HEADER), settings.SECURE_HSTS_SECONDS, "
+                           "settings.MIDDLEWARE[1], settings.LOG_FORMAT]))")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [True, True, ["https://offsetwatch.example.com"],
+                                         ["HTTP_X_FORWARDED_PROTO", "https"], 3600,
+                                         "whitenoise.middleware.WhiteNoiseMiddleware", "json"]
+
+
+def test_local_defaults_stay_as_the_tests_and_demo_use_them():
+    result = load_settings({}, "import json; print(json.dumps([settings.PRODUCTION, settings.SESSION_COOKIE_SECURE, "
+                               "settings.SECURE_PROXY_SSL_HEADER, settings.SECURE_HSTS_SECONDS, "
+                               "any('whitenoise' in m for m in settings.MIDDLEWARE), settings.LOG_FORMAT]))")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [False, False, None, 0, False, "plain"]
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"OFFSETWATCH_ENV": "staging"}, "OFFSETWATCH_ENV='staging' is not a known environment"),
+    ({"OFFSETWATCH_CSRF_TRUSTED_ORIGINS": "offsetwatch.example.com"}, "OFFSETWATCH_CSRF_TRUSTED_ORIGINS"),
+    ({"OFFSETWATCH_CELERY_QUEUES": "collect,polls"}, "OFFSETWATCH_CELERY_QUEUES: unknown queue 'polls'"),
+    ({"OFFSETWATCH_LOG_FORMAT": "xml"}, "OFFSETWATCH_LOG_FORMAT='xml'"),
+    ({"OFFSETWATCH_KAFKA_CLIENT_CONFIGS": "{nope"}, "OFFSETWATCH_KAFKA_CLIENT_CONFIGS is not valid JSON"),
+    ({"OFFSETWATCH_KAFKA_CLIENT_CONFIGS": '{"prod": "SASL_SSL"}'}, "OFFSETWATCH_KAFKA_CLIENT_CONFIGS['prod'] must map"),
+])
+def test_bad_deployment_values_name_the_variable(env, says):
+    result = load_settings(env)
+    assert result.returncode != 0 and says in result.stderr.strip().splitlines()[-1], result.stderr[-500:]
+
+
+def test_secret_key_from_a_file(tmp_path):
+    (tmp_path / "key").write_text(GOOD_KEY + "\n")
+    env = {**PRODUCTION, "OFFSETWATCH_SECRET_KEY_FILE": str(tmp_path / "key")}
+    del env["OFFSETWATCH_SECRET_KEY"]
+    result = load_settings(env, "print(settings.SECRET_KEY)")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == GOOD_KEY
+
+
+def test_json_logs_are_one_parseable_object_per_line():
+    code = ("import logging\nlog = logging.getLogger('offsetwatch.test')\n"
+            "log.warning('poll of %s failed:\\nline two', 'store:7', extra={'source': 'store:7', 'attempt': 2})\n"
+            "try:\n    1 / 0\nexcept ZeroDivisionError:\n    log.exception('boom')\n")
+    result = load_settings({"OFFSETWATCH_LOG_FORMAT": "json"}, code)
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(lines) == 2
+    first, second = lines
+    assert first["level"] == "WARNING" and first["logger"] == "offsetwatch.test"
+    assert first["message"] == "poll of store:7 failed:\nline two"
+    assert (first["source"], first["attempt"]) == ("store:7", 2)
+    assert first["time"].endswith("+00:00")
+    assert second["message"] == "boom" and "ZeroDivisionError" in second["exc_info"]
+
+
+def test_gunicorn_serves_static_files_through_whitenoise(tmp_path):
+    """collectstatic (what the migrate service runs), then a hashed static file is served."""
+    env = {**PRODUCTION, "OFFSETWATCH_STATIC_ROOT": str(tmp_path / "static"), "OFFSETWATCH_ALLOWED_HOSTS": "testserver"}
+    code = ("from django.core.management import call_command\ncall_command('collectstatic', '--noinput', verbosity=0)\n"
+            "from django.templatetags.static import static\nfrom django.test import Client\n"
+            "url = static('admin/css/base.css')\nresp = Client().get(url)\n"
+            "print(url, resp.status_code, resp.headers.get('Cache-Control'))")
+    result = load_settings(env, code)
+    assert result.returncode == 0, result.stderr[-2000:]
+    url, status, *cache = result.stdout.split()
+    assert re.fullmatch(r"/static/admin/css/base\.[0-9a-f]{12}\.css", url), url
+    assert status == "200"
+    assert "immutable" in " ".join(cache)
+
+
+# --- queues, health ----------------------------------------------------------------------------
+
+def test_polls_go_to_the_collect_queue_everything_else_to_default():
+    from collectors.celery_app import app
+
+    route = app.amqp.router.route
+    assert route({}, "collectors.tasks.poll_store")["queue"].name == "collect"
+    assert route({}, "collectors.tasks.poll_cluster")["queue"].name == "collect"
+    for task in ("collectors.tasks.collect_all", "collectors.tasks.prune", "collectors.tasks.expire_rewinds",
+                 "dashboard.tasks.export_run", "dashboard.tasks.notify_deliver"):
+        assert route({}, task)["queue"].name == "default", task
+    assert set(app.amqp.queues) == {"collect", "default"}
+
+
+def test_worker_health_check_answers_while_the_worker_runs():
+    """The compose healthcheck's command against a real worker: 0 while it runs, not 0 after."""
+    node = f"health-{uuid.uuid4().hex[:8]}@{socket.gethostname()}"
+    ping = [sys.executable, "-m", "celery", "-A", "collectors.celery_app", "inspect", "ping", "--destination", node,
+            "--timeout", "5"]
+    worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "collectors.celery_app", "worker", "-n", node,
+                               "--pool", "solo", "--loglevel", "WARNING", "-Q", "default"],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        answered = False
+        for _ in range(10):
+            if subprocess.run(ping, cwd=ROOT, capture_output=True, timeout=60).returncode == 0:
+                answered = True
+                break
+        assert answered
+    finally:
+        worker.terminate()
+        worker.wait(30)
+    assert subprocess.run(ping, cwd=ROOT, capture_output=True, timeout=60).returncode != 0
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed when the socket is: nothing listens there
+
+
+@pytest.mark.django_db
+def test_healthz_ok_with_database_and_redis(client):
+    response = client.get("/healthz")
+    assert (response.status_code, response.json()) == (200, {"status": "ok"})
+
+
+@pytest.mark.django_db
+def test_healthz_names_redis_when_it_is_unreachable(client, settings):
+    settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "error" and body["failed"] == ["redis"]
+    assert "ConnectionError" in body["redis"] and "database" not in body
+
+
+# --- client configuration for secured clusters --------------------------------------------------
+
+@pytest.mark.django_db
+def test_a_clusters_kafka_client_config_reaches_its_clients(settings):
+    """An invalid librdkafka value makes the client itself refuse: proof the config is passed to
+    the watermark reader (cluster poll) and the Kafka group store (store poll) of that cluster."""
+    from collectors import cycle
+    from dashboard import services
+    from dashboard.models import SourceHealth
+
+    name = f"secured-{uuid.uuid4().hex[:6]}"
+    bootstrap = f"127.0.0.1:{closed_port()}"
+    cluster = services.cluster_get_or_create(name=name, bootstrap_servers=bootstrap)
+    store = services.store_get_or_create(name=f"{name}-groups", kind="kafka", url=f"kafka://{bootstrap}", cluster=cluster)
+    settings.KAFKA_CLIENT_CONFIGS = {name: {"security.protocol": "not-a-protocol"}}
+    for poll, pk, source in [(cycle.poll_cluster, cluster.pk, f"cluster:{cluster.pk}"),
+                             (cycle.poll_store, store.pk, f"store:{store.pk}")]:
+        with pytest.raises(cycle.SourceFailed):
+            poll(pk)
+        error = SourceHealth.objects.get(source=source).last_error
+        assert "security.protocol" in error and "not-a-protocol" in error, error
+    # A config for another cluster only: this one's client starts, and its poll (no topic
+    # tracked yet, so nothing to ask the broker) succeeds.
+    settings.KAFKA_CLIENT_CONFIGS = {"other": {"security.protocol": "not-a-protocol"}}
+    cycle.poll_cluster(cluster.pk)
+    assert SourceHealth.objects.get(source=f"cluster:{cluster.pk}").consecutive_failures == 0
+
+
+def test_zookeeper_store_with_digest_credentials(stack, unique_name):
+    """zk://user:password@hosts/chroot authenticates; nodes it creates are writable only by that
+    identity and readable by anyone (the dashboard's collectors included)."""
+    from streamoffsets.errors import OffsetStoreError
+    from streamoffsets.store import open_store
+    from streamoffsets.types import BatchOffsets
+
+    chroot = f"/{unique_name('acl')}"
+    plain = f"zk://{stack.zookeeper_hosts}"
+    with open_store(plain) as root:  # the chroot must exist (kazoo never creates it)
+        root._connection().ensure_path(chroot)
+    job = open_store(f"zk://job:s%40cret@{stack.zookeeper_hosts}{chroot}")
+    anonymous = open_store(f"{plain}{chroot}")
+    intruder = open_store(f"zk://job:wrong@{stack.zookeeper_hosts}{chroot}")
+    try:
+        assert "s@cret" not in job.name and "s%40cret" not in job.name
+        job.save_batch(BatchOffsets("orders", "etl", 1_700_000_000_000, {0: 10, 1: 20}))
+        assert anonymous.load_latest("orders", "etl").offsets == {0: 10, 1: 20}
+        for other in (anonymous, intruder):
+            with pytest.raises(OffsetStoreError, match="NoAuth"):
+                other.save_batch(BatchOffsets("orders", "etl", 1_700_000_001_000, {0: 11, 1: 21}))
+        job.save_batch(BatchOffsets("orders", "etl", 1_700_000_002_000, {0: 12, 1: 22}))
+        assert anonymous.load_latest("orders", "etl").offsets == {0: 12, 1: 22}
+    finally:
+        for s in (job, anonymous, intruder):
+            s.close()
+
+
+# --- the job's Kafka source ----------------------------------------------------------------------
+
+def test_official_source_options_from_the_start_plan():
+    from pipeline.sources import kafka_read_options
+    from streamoffsets.restart import spark_starting_offsets_json
+
+    starting = spark_starting_offsets_json("orders", {0: 5, 1: 7, 2: 0})
+    fmt, options = kafka_read_options(source="official", bootstrap="kafka:9092", topic="orders",
+                                      starting_offsets=starting, partitions=3, max_offsets_per_partition=100,
+                                      kafka_options={"security.protocol": "SASL_SSL"})
+    assert fmt == "kafka"
+    assert options == {"kafka.bootstrap.servers": "kafka:9092", "subscribe": "orders", "startingOffsets": starting,
+                       "kafka.security.protocol": "SASL_SSL", "maxOffsetsPerTrigger": "300", "failOnDataLoss": "true"}
+    assert json.loads(options["startingOffsets"]) == {"orders": {"0": 5, "1": 7, "2": 0}}
+    fmt, options = kafka_read_options(source="python", bootstrap="b:9092", topic="orders", starting_offsets=starting,
+                                      partitions=3, max_offsets_per_partition=100)
+    assert fmt == "offsetwatch_kafka" and options["maxOffsetsPerPartition"] == "100"
+    assert "maxOffsetsPerTrigger" not in options and "failOnDataLoss" not in options
+    with pytest.raises(ValueError, match="unknown Kafka source 'kafka10'"):
+        kafka_read_options(source="kafka10", bootstrap="b", topic="t", starting_offsets="{}", partitions=1)
+
+
+def test_job_source_option_defaults_to_the_python_source():
+    result = subprocess.run([sys.executable, "-m", "pipeline.job", "--help"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0
+    assert re.search(r"--source \{python,official\}", result.stdout)
+    from pipeline.job import JobConfig
+
+    assert JobConfig("b", "t", "g", "hbase://h/t", Path("o")).source == "python"
+
+
+@pytest.mark.spark
+def test_official_source_is_sparks_own_kafka_format(spark):
+    """Spark's `kafka` format needs the spark-sql-kafka jar (--packages): without it, loading
+    fails naming the data source, which shows the job really asks Spark for its own source."""
+    from pyspark.errors import AnalysisException
+
+    from pipeline.sources import kafka_stream_reader
+
+    reader = kafka_stream_reader(spark, source="official", bootstrap="127.0.0.1:9", topic="orders",
+                                 starting_offsets='{"orders": {"0": 0}}', partitions=1)
+    with pytest.raises(AnalysisException, match="(?i)kafka"):
+        reader.load()
+
+
+def test_hbase_url_chooses_the_thrift_transport_and_protocol(stack):
+    """The stand-in, like `hbase thrift start` by default, speaks buffered transport and binary
+    protocol: a framed or compact client gets no answer from it, so the options reach happybase."""
+    from streamoffsets.errors import OffsetStoreError
+    from streamoffsets.hbase import HBaseOffsetStore
+
+    base = f"hbase://{stack.hbase_host}:{stack.hbase_port}/stream_kafka_offsets"
+    store = HBaseOffsetStore.from_url(base + "?transport=framed&protocol=compact", timeout_ms=1500)
+    assert (store.transport, store.protocol) == ("framed", "compact")
+    with pytest.raises(OffsetStoreError):
+        store.list_pipelines()
+    store.close()
+    with HBaseOffsetStore.from_url(base + "?transport=buffered&protocol=binary") as ok:
+        ok.ensure_table()
+        assert isinstance(ok.list_pipelines()[0], list)
+    with pytest.raises(ValueError, match="transport='http' is not one of buffered, framed"):
+        HBaseOffsetStore.from_url(base + "?transport=http")
+    with pytest.raises(ValueError, match="unknown option"):
+        HBaseOffsetStore.from_url(base + "?compat=0.92")
