@@ -485,8 +485,9 @@ def pipeline_batches_keyset(
         rows = rows.filter(batch_time_ms__lt=to_ms)
     if before_ms is not None:
         rows = rows.filter(batch_time_ms__lt=before_ms)
+    # `pipeline` loaded too: the related manager sets it on every row (deferred, a query per row).
     found = list(rows.order_by("-batch_time_ms").only(
-        "batch_time_ms", "offsets", "records", "batch_id", "committed")[:limit + 1])
+        "pipeline", "batch_time_ms", "offsets", "records", "batch_id", "committed")[:limit + 1])
     return found[:limit], len(found) > limit
 
 

@@ -434,3 +434,10 @@ def test_the_schema_checker_catches_what_it_must(spec):
     either = {"oneOf": [{"type": "integer"}, {"type": "null"}]}
     assert violations(spec, either, None) == [] and violations(spec, either, 3) == []
     assert violations(spec, either, "x") != []  # no branch matches
+
+
+def test_a_page_of_batches_costs_a_constant_number_of_queries(client, alice, unique_name, django_assert_max_num_queries):
+    pipeline = _batches_pipeline(unique_name, 120)
+    with django_assert_max_num_queries(12):  # session, user, roles, pipeline, one page of batches
+        body = client.get(f"/api/v1/pipelines/{pipeline.pk}/batches", {"limit": 100}).json()
+    assert len(body["batches"]) == 100
