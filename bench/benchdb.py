@@ -17,3 +17,20 @@ def fresh_django_database(name: str) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+
+
+def start_lone_kafka(prefix: str):
+    """A Tansu broker on a free loopback port under a new temporary directory, as the local stack
+    starts it. Returns (stack, bootstrap); stop it with `stack.stop_component("kafka")`."""
+    import tempfile
+    from pathlib import Path
+
+    from localstack.components import LOOPBACK, Stack, StackPorts, free_port
+
+    stack = Stack(Path(tempfile.mkdtemp(prefix=prefix)), StackPorts(kafka=free_port(), hbase=0, zookeeper=0, redis=0),
+                  with_redis=False)
+    stack.log_dir.mkdir(parents=True)
+    stack.pid_dir.mkdir(parents=True)
+    kafka = next(c for c in stack.components() if c.name == "kafka")
+    stack.start_component(kafka, progress=lambda line: None)
+    return stack, f"{LOOPBACK}:{stack.ports.kafka}"

@@ -16,12 +16,13 @@ import os
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from benchdb import start_lone_kafka  # noqa: E402
 DB = "offsetwatch_bench_cycle"
 
 
@@ -31,19 +32,12 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=20)
     parser.add_argument("--cycles", type=int, default=3)
     args = parser.parse_args()
-    from localstack.components import Stack, StackPorts, free_port
-
-    work = Path(tempfile.mkdtemp(prefix="ow-cycle-"))
-    stack = Stack(work, StackPorts(kafka=free_port(), hbase=0, zookeeper=0, redis=0), with_redis=False)
-    stack.log_dir.mkdir(parents=True)
-    stack.pid_dir.mkdir(parents=True)
-    kafka = next(c for c in stack.components() if c.name == "kafka")
-    stack.start_component(kafka, progress=lambda line: None)
+    stack, bootstrap = start_lone_kafka("ow-cycle-")
     subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"DROP DATABASE IF EXISTS {DB}"],
                    check=True, capture_output=True)
     subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"CREATE DATABASE {DB}"], check=True)
     try:
-        run(args, f"127.0.0.1:{kafka.port}")
+        run(args, bootstrap)
     finally:
         stack.stop_component("kafka")
         from django.db import connections

@@ -23,12 +23,13 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from benchdb import start_lone_kafka  # noqa: E402
 DB = "offsetwatch_bench_scale"
 REDIS_DB = 11  # a database of the machine's Redis that nothing else here uses
 
@@ -45,21 +46,14 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--workers", default="1,2,3")
     args = parser.parse_args()
-    from localstack.components import Stack, StackPorts, free_port
-
-    work = Path(tempfile.mkdtemp(prefix="ow-scale-"))
-    stack = Stack(work, StackPorts(kafka=free_port(), hbase=0, zookeeper=0, redis=0), with_redis=False)
-    stack.log_dir.mkdir(parents=True)
-    stack.pid_dir.mkdir(parents=True)
-    kafka = next(c for c in stack.components() if c.name == "kafka")
-    stack.start_component(kafka, progress=lambda line: None)
+    stack, bootstrap = start_lone_kafka("ow-scale-")
     psql(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
     psql(f"CREATE DATABASE {DB}")
     os.environ["DATABASE_URL"] = f"postgres://postgres:postgres@127.0.0.1:5432/{DB}"
     os.environ["REDIS_URL"] = f"redis://127.0.0.1:6379/{REDIS_DB}"
     os.environ["DJANGO_SETTINGS_MODULE"] = "dashboard.settings"
     try:
-        run(args, f"127.0.0.1:{kafka.port}", work)
+        run(args, bootstrap, stack.run_dir)
     finally:
         stack.stop_component("kafka")
         from django.db import connections

@@ -8,7 +8,23 @@ from dashboard.audit import audit_append, changed_values, model_snapshot, reques
 from dashboard.models import ApiToken, Cluster, Incident, Pipeline, PipelineToken, SourceHealth, StartReport, Store, StoreProblem
 
 
-class AuditedAdmin(admin.ModelAdmin):
+class AuditedDeletionMixin:
+    """Deletions in the admin, one by one or "delete selected", append one audit event per row
+    (the class's `_audit_deletion`) in the deletion's transaction, before the row goes."""
+
+    def delete_model(self, request, obj):
+        with transaction.atomic():
+            self._audit_deletion(request, obj)  # first: the event still sees the row and its relations
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        with transaction.atomic():
+            for obj in queryset:
+                self._audit_deletion(request, obj)
+            super().delete_queryset(request, queryset)
+
+
+class AuditedAdmin(AuditedDeletionMixin, admin.ModelAdmin):
     """Adds, changes and deletes made in the admin append audit events (who, from where, the
     changed fields before and after) in the same transaction as the change."""
 
@@ -45,17 +61,6 @@ class AuditedAdmin(admin.ModelAdmin):
     def audit_deletion_details(self, obj) -> dict:
         return {}
 
-    def delete_model(self, request, obj):
-        with transaction.atomic():
-            self._audit_deletion(request, obj)  # first: the event still sees the row and its relations
-            super().delete_model(request, obj)
-
-    def delete_queryset(self, request, queryset):
-        # The "delete selected" action: one event per row, as if each were deleted on its own.
-        with transaction.atomic():
-            for obj in queryset:
-                self._audit_deletion(request, obj)
-            super().delete_queryset(request, queryset)
 
 
 @admin.register(Cluster)
@@ -169,7 +174,7 @@ def _groups(user) -> list[str]:
 
 
 @admin.register(User)
-class AuditedUserAdmin(UserAdmin):
+class AuditedUserAdmin(AuditedDeletionMixin, UserAdmin):
     """Django's user admin, with creation, changes (roles are groups; superuser status grants
     every role), password changes and deletion audited. Never the password or its hash."""
 
@@ -217,13 +222,3 @@ class AuditedUserAdmin(UserAdmin):
                      before={**model_snapshot(obj, fields=_USER_FIELDS), "groups": _groups(obj)},
                      details={"user_id": obj.pk}, **request_actor(request))
 
-    def delete_model(self, request, obj):
-        with transaction.atomic():
-            self._audit_deletion(request, obj)
-            super().delete_model(request, obj)
-
-    def delete_queryset(self, request, queryset):
-        with transaction.atomic():
-            for obj in queryset:
-                self._audit_deletion(request, obj)
-            super().delete_queryset(request, queryset)
