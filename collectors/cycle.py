@@ -68,14 +68,12 @@ def poll_store(store_id: int) -> int:
     """Read one store's new batches. Returns batches added; a failure raises SourceFailed."""
     store = Store.objects.select_related("cluster").get(pk=store_id)
     with _polling(f"store:{store.pk}", f"store {store.name} ({store.url})"):
+        plan = selectors.store_read_plan(store=store, now=timezone.now())
         reading = read_store(
-            store.url,
-            selectors.store_positions(store=store),
-            max_batches=settings.MAX_BATCHES_PER_CYCLE,
-            timeout_s=settings.IO_TIMEOUT_S,
+            store.url, plan, timeout_s=settings.IO_TIMEOUT_S,
             kafka_config=selectors.kafka_client_config(cluster_name=store.cluster.name),
         )
-        added = services.store_reading_record(store=store, reading=reading)
+        added = services.store_reading_record(store=store, reading=reading, now_ms=plan.now_ms)
     # Rewinds applied to this store's pipelines are verified from the batches just recorded.
     rewinds.rewinds_verify(pipeline_ids=list(store.pipelines.values_list("pk", flat=True)))
     return added

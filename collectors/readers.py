@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from contextlib import closing
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 from streamoffsets.errors import OffsetStoreError, StoreUnreachable
 from streamoffsets.kafka import KafkaWatermarkReader, WatermarkResult
@@ -11,45 +12,123 @@ from streamoffsets.types import BatchOffsets, PipelineKey, RowProblem
 
 
 @dataclass
+class ReadPlan:
+    """What one poll of a store reads (dashboard.selectors.store_read_plan builds it)."""
+
+    # Per known pipeline: the newest batch time imported (-1: none yet). New rows are read after it.
+    positions: dict[PipelineKey, int] = field(default_factory=dict)
+    # Per pipeline: the committed batch times already imported within `late_window_ms` of its
+    # position. Rows in that window not among them arrived late and are read too.
+    recent: dict[PipelineKey, set[int]] = field(default_factory=dict)
+    # Batch times beyond the collector's clock (now_ms) + the tolerance are a named problem of
+    # their row, never imported and never a position, until the clock comes near them.
+    now_ms: int = 0
+    future_tolerance_ms: int = 3_600_000
+    late_window_ms: int = 0
+    max_batches: int = 5000
+    # List the store for new pipelines (else read only the positions' pipelines).
+    discover: bool = True
+
+    @property
+    def horizon_ms(self) -> int:
+        return self.now_ms + self.future_tolerance_ms
+
+
+@dataclass
 class StoreReading:
     pipelines: list[PipelineKey] = field(default_factory=list)
-    # New batches per pipeline (batch time > the position given), oldest first.
+    # Batches per pipeline not imported yet: new ones after the position and late ones in the
+    # window behind it, oldest first. Stores without history give their current state.
     batches: dict[PipelineKey, list[BatchOffsets]] = field(default_factory=dict)
     problems: list[RowProblem] = field(default_factory=list)
     # False for stores that keep only the current offsets: each reading is then a sample.
     keeps_history: bool = True
     # Pipelines whose read stopped at the per-cycle limit: their history import goes on next cycle.
     more: set[PipelineKey] = field(default_factory=set)
+    # Whether the store was listed for new pipelines in this reading.
+    discovered: bool = False
+
+
+def future_problem(store, key: PipelineKey, batch: BatchOffsets, tolerance_ms: int) -> RowProblem:
+    """The named problem of a row dated beyond the horizon (the text stays the same at every
+    poll, so a recurring problem stays one row with a count)."""
+    at = datetime.fromtimestamp(batch.batch_time_ms / 1000, tz=timezone.utc) if batch.batch_time_ms < 253402300800000 \
+        else None
+    when = at.isoformat(timespec="milliseconds") if at else f"{batch.batch_time_ms} ms"
+    record = store.record_key(key.topic, key.group, batch.batch_time_ms) if hasattr(store, "record_key") \
+        else f"{key.topic} / {key.group} @ {batch.batch_time_ms}"
+    return RowProblem(store.name, record,
+                      f"batch time {when} is more than {tolerance_ms // 1000} s ahead of the collector's clock: "
+                      "not imported while it is in the future (check the writer's clock)")
 
 
 def read_store(
-    url: str, positions: dict[PipelineKey, int], max_batches: int, timeout_s: float, kafka_config: dict | None = None
+    url: str, plan: ReadPlan, timeout_s: float, kafka_config: dict | None = None,
 ) -> StoreReading:
-    """Discover the pipelines in a store and read each one's batches after its position."""
+    """Read a store's pipelines: new batches after each position, late ones in the window behind
+    it; rows dated beyond the horizon reported, not read. Stores without history give their
+    current state (the service decides what is new)."""
     with closing(open_store(url, timeout_s=timeout_s, kafka_config=kafka_config)) as store:
         reading = StoreReading(keeps_history=store.keeps_history)
         if hasattr(store, "snapshot"):
-            # Stores that only hold current offsets can give every pipeline's in one pass.
+            # Stores that only hold current offsets give every pipeline's in one pass.
             current, reading.problems = store.snapshot()
             reading.pipelines = sorted(current)
-            for key, batch in current.items():
-                reading.batches[key] = [batch] if batch.batch_time_ms > positions.get(key, -1) else []
+            reading.batches = {key: [batch] for key, batch in current.items()}
+            reading.discovered = True
             return reading
-        reading.pipelines, reading.problems = store.list_pipelines()
+        if plan.discover:
+            found, reading.problems = store.list_pipelines()
+            reading.pipelines = sorted(set(found) | set(plan.positions))
+            reading.discovered = True
+        else:
+            reading.pipelines = sorted(plan.positions)
         for key in reading.pipelines:
             try:
-                page = store.history(key.topic, key.group, start_ms=positions.get(key, -1) + 1, limit=max_batches)
+                if store.keeps_history:
+                    _read_history(store, key, plan, reading)
+                else:  # the current state, whatever its time: the service decides what is new
+                    page = store.history(key.topic, key.group)
+                    reading.batches[key] = page.batches
+                    reading.problems.extend(page.problems)
             except StoreUnreachable:
                 raise  # the whole source is down: recorded as such by the caller
             except OffsetStoreError as exc:
                 # One unreadable pipeline is shown as a problem; the others are still read.
                 reading.problems.append(RowProblem(exc.store, exc.key, exc.problem))
-                continue
-            reading.batches[key] = page.batches
-            if page.truncated:
-                reading.more.add(key)
-            reading.problems.extend(page.problems)
     return reading
+
+
+def _read_history(store, key: PipelineKey, plan: ReadPlan, reading: StoreReading) -> None:
+    position = plan.positions.get(key, -1)
+    cheap_keys = hasattr(store, "batch_times")
+    # New rows: after the position, up to the horizon (stores that can scan keys cheaply bound
+    # the read there; the others read on and the future rows are split off below).
+    page = store.history(key.topic, key.group, start_ms=position + 1,
+                         end_ms=plan.horizon_ms if cheap_keys else None, limit=plan.max_batches)
+    batches = [b for b in page.batches if b.batch_time_ms <= plan.horizon_ms]
+    future = [b for b in page.batches if b.batch_time_ms > plan.horizon_ms]
+    reading.problems.extend(page.problems)
+    if page.truncated:
+        reading.more.add(key)
+    if cheap_keys:  # one short scan past the horizon: is a future-dated row waiting there?
+        beyond = store.history(key.topic, key.group, start_ms=plan.horizon_ms + 1, limit=1)
+        future += [b for b in beyond.batches if b.batch_time_ms > plan.horizon_ms]
+    # One problem per pipeline names the first such row (a run of them would flood the list).
+    reading.problems.extend(future_problem(store, key, b, plan.future_tolerance_ms) for b in future[:1])
+    # Late rows: in the window behind the position, not imported yet.
+    if position >= 0 and plan.late_window_ms > 0:
+        known = plan.recent.get(key, set())
+        start = max(0, position - plan.late_window_ms)
+        if cheap_keys:
+            missing = [t for t in store.batch_times(key.topic, key.group, start, position) if t not in known]
+            late = store.batches_at(key.topic, key.group, missing[:plan.max_batches])
+        else:
+            late = store.history(key.topic, key.group, start_ms=start, end_ms=position)
+            late.batches = [b for b in late.batches if b.batch_time_ms not in known]
+        reading.problems.extend(late.problems)
+        batches = sorted(late.batches + batches, key=lambda b: b.batch_time_ms)
+    reading.batches[key] = batches
 
 
 def read_watermarks(

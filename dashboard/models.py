@@ -38,6 +38,8 @@ class Store(models.Model):
     )
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="stores")
     enabled = models.BooleanField(default=True)
+    # When the store was last listed for new pipelines (STORE_DISCOVERY_INTERVAL_S apart).
+    discovered_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     def __str__(self) -> str:
         return self.name

@@ -11,11 +11,12 @@ from typing import Iterator
 from django.conf import settings
 from django.core.paginator import Page, Paginator
 from django.db import connection
-from django.db.models import F, JSONField, Min, OuterRef, Q, Subquery
+from django.db.models import BigIntegerField, F, JSONField, Min, OuterRef, Q, Subquery, Value
 from typing import NamedTuple
 
 from django.utils import timezone
 
+from collectors.readers import ReadPlan
 from dashboard.models import (Batch, Cluster, ExportJob, Incident, Pipeline, PipelineEvaluation, SourceHealth, StartReport, Store,
                               StoreProblem, WatermarkSample)
 from dashboard.packing import NONE, unpack, unpack_partitions
@@ -24,16 +25,41 @@ from streamoffsets import evaluation
 from streamoffsets.types import PipelineKey
 
 
-def store_positions(*, store: Store) -> dict[PipelineKey, int]:
-    """Where the next read of each pipeline's history starts: its newest stored batch, or just
-    before its oldest planned (not yet committed) checkpoint batch, so that one is read again."""
-    rows = store.pipelines.exclude(last_batch_ms=None).annotate(
-        oldest_planned=Min("batches__batch_time_ms", filter=Q(batches__committed=False))
-    ).values_list("topic", "group", "last_batch_ms", "oldest_planned")
-    return {
-        PipelineKey(topic, group): ms if planned is None else min(ms, planned - 1)
-        for topic, group, ms, planned in rows
-    }
+def store_read_plan(*, store: Store, now: datetime) -> ReadPlan:
+    """What the next poll of a store reads (three queries at most).
+
+    A pipeline's position is its newest imported batch, never past the future horizon, and just
+    before its oldest planned (not yet committed) checkpoint batch, so that one is read again.
+    The window behind it is searched for rows that arrived late; the batch times already
+    imported there are given so only the missing ones are fetched."""
+    now_ms = int(now.timestamp() * 1000)
+    plan = ReadPlan(
+        now_ms=now_ms, future_tolerance_ms=int(settings.FUTURE_BATCH_TOLERANCE_S * 1000),
+        late_window_ms=int(settings.LATE_BATCH_WINDOW_S * 1000), max_batches=settings.MAX_BATCHES_PER_CYCLE,
+        discover=store.discovered_at is None
+        or (now - store.discovered_at).total_seconds() >= settings.STORE_DISCOVERY_INTERVAL_S,
+    )
+    rows = store.pipelines.all()
+    if store.kind == Store.Kind.CHECKPOINT:  # only checkpoints have planned batches
+        rows = rows.annotate(oldest_planned=Min("batches__batch_time_ms", filter=Q(batches__committed=False)))
+        rows = rows.values_list("pk", "topic", "group", "last_batch_ms", "oldest_planned")
+    else:
+        rows = rows.values_list("pk", "topic", "group", "last_batch_ms", Value(None, output_field=BigIntegerField()))
+    windows, keys = Q(pk__in=[]), {}
+    for pk, topic, group, ms, planned in rows:
+        key = PipelineKey(topic, group)
+        position = -1 if ms is None else min(ms, plan.horizon_ms)
+        if planned is not None:
+            position = min(position, planned - 1)
+        plan.positions[key] = position
+        if position >= 0 and plan.late_window_ms > 0:
+            windows |= Q(pipeline_id=pk, batch_time_ms__gte=position - plan.late_window_ms,
+                         batch_time_ms__lte=position)
+            keys[pk] = key
+    if keys:
+        for pk, ms in Batch.objects.filter(windows, committed=True).values_list("pipeline_id", "batch_time_ms"):
+            plan.recent.setdefault(keys[pk], set()).add(ms)
+    return plan
 
 
 def cluster_topics(*, cluster: Cluster) -> list[str]:

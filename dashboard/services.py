@@ -8,6 +8,7 @@ import secrets
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from pathlib import Path
 from typing import NamedTuple
 
@@ -98,12 +99,15 @@ def _as_json_offsets(batch: BatchOffsets) -> dict[str, int]:
 
 
 @transaction.atomic
-def store_reading_record(*, store: Store, reading: StoreReading) -> int:
-    """Register discovered pipelines, append their new batches and keep row problems visible.
+def store_reading_record(*, store: Store, reading: StoreReading, now_ms: int | None = None) -> int:
+    """Register discovered pipelines, append their new and late batches and keep row problems visible.
 
-    A constant number of queries whatever the number of pipelines. Returns the number of batches
-    added; re-recording the same batches adds nothing.
+    A constant number of queries whatever the number of pipelines or problems. Returns the
+    number of batches added; re-recording the same batches adds nothing. `now_ms`: the poll's
+    clock (batch times further ahead than FUTURE_BATCH_TOLERANCE_S are never a position).
     """
+    now_ms = int(timezone.now().timestamp() * 1000) if now_ms is None else now_ms
+    horizon_ms = now_ms + int(settings.FUTURE_BATCH_TOLERANCE_S * 1000)
     known = set(store.pipelines.values_list("topic", "group"))
     Pipeline.objects.bulk_create(
         [Pipeline(store=store, topic=k.topic, group=k.group) for k in reading.pipelines if (k.topic, k.group) not in known],
@@ -119,19 +123,32 @@ def store_reading_record(*, store: Store, reading: StoreReading) -> int:
     ).values_list("pipeline_id", "marker_batch_ms")) if not reading.keeps_history else {}
     rows: list[Batch] = []
     changed: list[Pipeline] = []
+    now_committed = Q(pk__in=[])
+    problems = list(reading.problems)
     for pipeline in pipelines:
         last_ms, previous = newest.get(pipeline.pk, (None, None))
-        new = _batches_new(pipeline, with_batches[(pipeline.topic, pipeline.group)], last_ms, previous,
-                           reading.keeps_history, keep_from_ms=markers.get(pipeline.pk))
+        batches = with_batches[(pipeline.topic, pipeline.group)]
+        if reading.keeps_history:
+            new, committed_ms = _history_new(pipeline, batches, last_ms, previous, horizon_ms)
+            if committed_ms:
+                now_committed |= Q(pipeline=pipeline, batch_time_ms__in=committed_ms, committed=False)
+        else:
+            new = _samples_new(pipeline, batches, last_ms, previous, now_ms, horizon_ms, problems,
+                               store_name=store.name, keep_from_ms=markers.get(pipeline.pk))
         if new:
             rows.extend(new)
-            pipeline.last_batch_ms = new[-1].batch_time_ms
-            pipeline.recent_batch_ms = (pipeline.recent_batch_ms + [b.batch_time_ms for b in new])[-Pipeline.RECENT_BATCHES:]
+            times = [b.batch_time_ms for b in new]
+            pipeline.last_batch_ms = max([pipeline.last_batch_ms or -1, *times])
+            recent = sorted(set(pipeline.recent_batch_ms) | set(times))
+            pipeline.recent_batch_ms = recent[-Pipeline.RECENT_BATCHES:]
             changed.append(pipeline)
     Batch.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000)
     Pipeline.objects.bulk_update(changed, ["last_batch_ms", "recent_batch_ms"], batch_size=1000)
-    _problems_record(store, reading.problems)
+    Batch.objects.filter(now_committed).update(committed=True)
+    _problems_record(store, problems)
     _history_importing_record(store, reading.more)
+    if reading.discovered:
+        Store.objects.filter(pk=store.pk).update(discovered_at=timezone.now())
     return len(rows)
 
 
@@ -145,34 +162,93 @@ def _history_importing_record(store: Store, more: set[PipelineKey]) -> None:
         store.pipelines.filter(importing, history_importing=False).update(history_importing=True)
 
 
-def _batches_new(
+def _history_new(
     pipeline: Pipeline, batches: list[BatchOffsets], last_ms: int | None, previous: dict[str, int] | None,
-    keeps_history: bool, keep_from_ms: int | None = None,
-) -> list[Batch]:
-    rows = []
+    horizon_ms: int,
+) -> tuple[list[Batch], list[int]]:
+    """Rows of a store with history not imported yet: (new Batch rows, times of planned checkpoint
+    batches now committed). The reader gives rows after the position and rows missing from the
+    window behind it (late); a late row's start is not known, so its record count is not either."""
+    rows, now_committed = [], []
     for batch in sorted(batches, key=lambda b: b.batch_time_ms):
-        if last_ms is not None and batch.batch_time_ms <= last_ms:
-            if batch.committed:  # a planned checkpoint batch re-read after Spark committed it
-                pipeline.batches.filter(batch_time_ms=batch.batch_time_ms, committed=False).update(committed=True)
-            continue
+        if batch.batch_time_ms > horizon_ms:
+            continue  # the reader names it; never imported while in the future
         offsets = _as_json_offsets(batch)
-        if not keeps_history and offsets == previous and (keep_from_ms is None or batch.batch_time_ms < keep_from_ms):
-            continue  # a store without history was sampled again and had not moved
+        if last_ms is not None and batch.batch_time_ms <= last_ms:
+            if batch.batch_id is not None and batch.committed:
+                now_committed.append(batch.batch_time_ms)  # a planned checkpoint batch re-read, committed since
+            # A late row (or the re-read planned batch, which the unique key keeps once).
+            rows.append(Batch(pipeline=pipeline, batch_time_ms=batch.batch_time_ms, offsets=offsets, records=None,
+                              batch_id=batch.batch_id, committed=batch.committed))
+            continue
         rows.append(Batch(
             pipeline=pipeline, batch_time_ms=batch.batch_time_ms, offsets=offsets,
             records=_records_between(previous, offsets), batch_id=batch.batch_id, committed=batch.committed,
         ))
         previous = offsets
+    return rows, now_committed
+
+
+def _samples_new(
+    pipeline: Pipeline, batches: list[BatchOffsets], last_ms: int | None, previous: dict[str, int] | None,
+    now_ms: int, horizon_ms: int, problems: list[RowProblem], *, store_name: str, keep_from_ms: int | None = None,
+) -> list[Batch]:
+    """The current state of a store without history, as a sample if it moved. A state dated
+    beyond the horizon, or older than the newest sample while its offsets changed (the writer's
+    clock stepped), is recorded at the collector's clock with a named problem: its offsets are
+    real and would be lost otherwise, and its time must not become the pipeline's position."""
+    rows = []
+    for batch in batches:
+        offsets = _as_json_offsets(batch)
+        at_ms = batch.batch_time_ms
+        where = f"{pipeline.topic} / {pipeline.group}"
+        if at_ms > horizon_ms:
+            problems.append(RowProblem(store_name, where, f"batch time {_ms_text(at_ms)} is more than "
+                                       f"{int(settings.FUTURE_BATCH_TOLERANCE_S)} s ahead of the collector's clock: "
+                                       "offsets recorded at the collector's read time (check the writer's clock)"))
+            at_ms = max(now_ms, (last_ms or -1) + 1)
+        elif last_ms is not None and at_ms <= last_ms:
+            if offsets == previous:
+                continue  # the same state read again
+            problems.append(RowProblem(store_name, where, "batch time older than the newest recorded although the "
+                                       "offsets changed (the writer's clock went back?): recorded at the collector's "
+                                       "read time"))
+            at_ms = max(now_ms, last_ms + 1)
+        if offsets == previous and (keep_from_ms is None or at_ms < keep_from_ms):
+            continue  # sampled again and had not moved
+        rows.append(Batch(pipeline=pipeline, batch_time_ms=at_ms, offsets=offsets,
+                          records=_records_between(previous, offsets), batch_id=batch.batch_id,
+                          committed=batch.committed))
+        previous, last_ms = offsets, at_ms
     return rows
 
 
+def _ms_text(ms: int) -> str:
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=dt_timezone.utc).isoformat(timespec="milliseconds")
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms"
+
+
 def _problems_record(store: Store, problems: list[RowProblem]) -> None:
-    for problem in problems:
-        updated = StoreProblem.objects.filter(
-            store=store, key=problem.key[:500], problem=problem.problem[:1000]
-        ).update(occurrences=F("occurrences") + 1, last_seen_at=timezone.now())
-        if not updated:
-            StoreProblem.objects.create(store=store, key=problem.key[:500], problem=problem.problem[:1000])
+    """Keep each distinct problem as one row with a count: one SELECT, one UPDATE and one INSERT
+    per chunk of problems, whatever their number."""
+    distinct = {(p.key[:500], p.problem[:1000]) for p in problems}
+    items = sorted(distinct)
+    now = timezone.now()
+    for i in range(0, len(items), 2000):
+        chunk = items[i:i + 2000]
+        existing = {
+            (key, problem): pk for pk, key, problem in StoreProblem.objects.filter(
+                store=store, key__in={k for k, _ in chunk}).values_list("pk", "key", "problem")
+        }
+        seen = [existing[item] for item in chunk if item in existing]
+        if seen:
+            StoreProblem.objects.filter(pk__in=seen).update(occurrences=F("occurrences") + 1, last_seen_at=now)
+        StoreProblem.objects.bulk_create(
+            [StoreProblem(store=store, key=k, problem=p) for k, p in chunk if (k, p) not in existing],
+            ignore_conflicts=True,
+        )
 
 
 @transaction.atomic

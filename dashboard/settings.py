@@ -271,6 +271,15 @@ for _cluster, _conf in KAFKA_CLIENT_CONFIGS.items():
 # Rows read from one store per pipeline per cycle; the first import of a long history
 # continues over the next cycles instead of making one cycle unbounded.
 MAX_BATCHES_PER_CYCLE = env_int("OFFSETWATCH_MAX_BATCHES_PER_CYCLE", 5000)
+# A batch time further ahead of the collector's clock than this is a named problem of its row,
+# not imported (and never the pipeline's read position) until it is no longer in the future.
+FUTURE_BATCH_TOLERANCE_S = env_float("OFFSETWATCH_FUTURE_BATCH_TOLERANCE", 3600.0)
+# Rows that arrive late (a batch time older than the newest imported: a slow writer, a clock
+# step back) are looked for this far behind each pipeline's newest batch at every poll.
+LATE_BATCH_WINDOW_S = env_float("OFFSETWATCH_LATE_BATCH_WINDOW", 600.0)
+# How often a store is listed for new pipelines (a full key scan for HBase); polls in between
+# read the pipelines already known, so rows that are not pipelines are not re-scanned each poll.
+STORE_DISCOVERY_INTERVAL_S = env_float("OFFSETWATCH_STORE_DISCOVERY_INTERVAL", 60.0)
 
 # Evaluation: samples in the status window; a pipeline with no batch for this many of its own
 # batch intervals is stopped; lag in seconds and retention look this far back; a retention

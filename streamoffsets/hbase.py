@@ -229,30 +229,61 @@ class HBaseOffsetStore(StoreBase):
                 page.problems.append(RowProblem(self.name, exc.key, exc.problem))
         return page
 
+    def batch_times(self, topic: str, group: str, start_ms: int, end_ms: int) -> list[int]:
+        """The batch times of (topic, group) rows in [start_ms, end_ms], by a keys-only scan (one
+        empty cell per row): how the collectors look for rows that arrived late, cheaply."""
+        prefix = f"{topic}:{group}:"
+        times = []
+        for key, _ in self._scan(row_start=row_key(topic, group, max(0, start_ms)).encode(),
+                                 row_stop=row_key(topic, group, end_ms + 1).encode(),
+                                 filter=b"FirstKeyOnlyFilter() AND KeyOnlyFilter()"):
+            rest = key.decode("utf-8", "replace")[len(prefix):]
+            if rest.isascii() and rest.isdigit():  # not a sub-group's row, not a malformed time
+                times.append(int(rest))
+        return times
+
+    def batches_at(self, topic: str, group: str, times: list[int]) -> HistoryPage:
+        """The rows of (topic, group) at these batch times (one multi-get), oldest first."""
+        page = HistoryPage()
+        if not times:
+            return page
+        keys = [row_key(topic, group, ms).encode() for ms in sorted(times)]
+        with self._calling(f"get {len(keys)} rows of {topic}:{group}"):
+            rows = self._table().rows(keys, columns=[self.family.encode()])
+        for key, data in rows:
+            try:
+                page.batches.append(self.decode_row(key, data))
+            except MalformedRecord as exc:
+                page.problems.append(RowProblem(self.name, exc.key, exc.problem))
+        return page
+
+    def record_key(self, topic: str, group: str, batch_time_ms: int) -> str:
+        """The row key a batch is stored under (named in problems, so an operator can find it)."""
+        return row_key(topic, group, batch_time_ms)
+
     def list_pipelines(self, max_pipelines: int = 100_000) -> tuple[list[PipelineKey], list[RowProblem]]:
         """The (topic, group) pairs present, by a skip scan: one short scan per pair, not per row.
 
         After finding a pair, the scan jumps past `TOPIC:GROUP:<digits>` (':' sorts right after
-        '9'). Rows whose key has not three parts are reported as problems.
+        '9'). Rows whose key has not three parts are reported as problems; a run of them is read
+        in one streaming scan of keys only (not one scan per bad row).
         """
         found: list[PipelineKey] = []
         problems: list[RowProblem] = []
-        cursor = b""
-        while len(found) < max_pipelines:
-            with self._calling("list pipelines"):
-                rows = list(self._table().scan(row_start=cursor, limit=1, filter=b"KeyOnlyFilter()"))
-            if not rows:
-                break
-            key = rows[0][0]
-            text = key.decode("utf-8", "replace")
-            try:
-                topic, group, ms = parse_row_key(text)
-                if not ms.isdigit():
-                    raise ValueError(f"batch time {ms!r} is not epoch milliseconds")
-            except ValueError as exc:
-                problems.append(RowProblem(self.name, text, str(exc)))
-                cursor = key + b"\x00"
-                continue
-            found.append(PipelineKey(topic, group))
-            cursor = f"{topic}:{group}::".encode()
+        cursor: bytes | None = b""
+        while cursor is not None and len(found) < max_pipelines:
+            next_cursor = None
+            for key, _ in self._scan(row_start=cursor, filter=b"FirstKeyOnlyFilter() AND KeyOnlyFilter()"):
+                text = key.decode("utf-8", "replace")
+                try:
+                    topic, group, ms = parse_row_key(text)
+                    if not ms.isdigit():
+                        raise ValueError(f"batch time {ms!r} is not epoch milliseconds")
+                except ValueError as exc:
+                    problems.append(RowProblem(self.name, text, str(exc)))
+                    continue  # the same scanner goes on to the next row
+                found.append(PipelineKey(topic, group))
+                next_cursor = f"{topic}:{group}::".encode()
+                break  # jump over the rest of this pipeline's rows
+            cursor = next_cursor
         return found, problems
