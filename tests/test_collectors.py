@@ -156,3 +156,27 @@ def test_store_urls_are_validated_with_a_message_that_says_what_is_wrong(kind, u
     else:
         with pytest.raises(ValidationError, match=message):
             store.clean()
+
+
+@pytest.mark.parametrize("kind", ["kafka", "zookeeper", "hbase", "file", "checkpoint"])
+def test_every_store_kind_whose_server_is_away_is_a_failed_poll(stack, unique_name, tmp_path, settings, kind):
+    """Issue #11, observation 4: a store that cannot be read is a failure of its poll, never a
+    successful poll that found nothing (the Kafka group store's was)."""
+    from collectors import cycle
+    from dashboard import services
+
+    settings.IO_TIMEOUT_S = 1.0
+    url = {
+        "kafka": f"kafka://127.0.0.1:{free_port()}",
+        "zookeeper": f"zk://127.0.0.1:{free_port()}",
+        "hbase": f"hbase://127.0.0.1:{free_port()}/offsets",
+        "file": f"file://{tmp_path}/unmounted",
+        "checkpoint": f"checkpoint://{tmp_path}/unmounted",
+    }[kind]
+    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store = services.store_get_or_create(name=unique_name(kind), kind=kind, url=url, cluster=cluster)
+    with pytest.raises(cycle.SourceFailed):
+        cycle.poll_store(store.pk)
+    health = SourceHealth.objects.get(source=f"store:{store.pk}")
+    assert health.consecutive_failures == 1 and health.last_success_at is None
+    assert health.last_error
