@@ -46,11 +46,16 @@ def poll_ended_at(health: SourceHealth) -> datetime | None:
     return health.last_attempt_at + timedelta(milliseconds=health.last_duration_ms or 0)
 
 
+def sources_polled() -> list[str]:
+    """The sources collect_all polls: every enabled store, every cluster."""
+    sources = [f"store:{pk}" for pk in Store.objects.filter(enabled=True).order_by("pk").values_list("pk", flat=True)]
+    return sources + [f"cluster:{pk}" for pk in Cluster.objects.order_by("pk").values_list("pk", flat=True)]
+
+
 def sources_due(*, now: datetime) -> tuple[list[str], list[str]]:
     """(due, backing off): every enabled store and every cluster, split by whether it may be
     enqueued this cycle; a failing one waits its backoff from the end of its last poll."""
-    sources = [f"store:{pk}" for pk in Store.objects.filter(enabled=True).order_by("pk").values_list("pk", flat=True)]
-    sources += [f"cluster:{pk}" for pk in Cluster.objects.order_by("pk").values_list("pk", flat=True)]
+    sources = sources_polled()
     failing = SourceHealth.objects.filter(source__in=sources, consecutive_failures__gt=0)
     waiting = {h.source for h in failing
                if (ended := poll_ended_at(h)) and now < ended + timedelta(seconds=backoff_s(h.consecutive_failures))}
@@ -61,14 +66,18 @@ def _age_s(now: datetime, then: datetime | None) -> float | None:
     return None if then is None else max(0.0, (now - then).total_seconds())
 
 
-def source_state(health: SourceHealth, *, now: datetime) -> SourceHealth:
-    """Annotate a source's row with what it means now: `state` (ok, failing, stale), `healthy`,
+def source_state(health: SourceHealth, *, now: datetime, polled: bool = True) -> SourceHealth:
+    """Annotate a source's row with what it means now: `state` (ok, failing, stale; idle for a
+    store disabled or removed, `polled` False, unless its last poll failed), `healthy`,
     `poll_age_s` (seconds since its last poll ended) and `problem` (why it is not ok, in words)."""
     age = _age_s(now, poll_ended_at(health))
     allowed = settings.COLLECTOR_STALE_AFTER_S + backoff_s(health.consecutive_failures)
     health.poll_age_s = age
     health.error_by_collector = health.consecutive_failures > 0 and health.last_error_by == "collector"
-    if age is None or age > allowed:
+    if not polled and not health.consecutive_failures:
+        health.state, health.healthy = "idle", True
+        health.problem = "not polled: the store is disabled or was removed"
+    elif polled and (age is None or age > allowed):
         health.state, health.healthy = "stale", False
         since = f"for {age:.0f} s" if age is not None else "yet"
         health.problem = f"not polled {since}: the collectors are not running or not keeping up"
@@ -118,7 +127,7 @@ class CollectorHealth:
 
     @property
     def last_poll_at(self) -> datetime | None:
-        ends = [e for h in self.sources if (e := poll_ended_at(h))]
+        ends = [e for h in self.sources if h.state != "idle" and (e := poll_ended_at(h))]
         return max(ends) if ends else None
 
 
@@ -158,7 +167,9 @@ def collector_health(*, now: datetime) -> CollectorHealth:
     stale_after = settings.COLLECTOR_STALE_AFTER_S
     rows = list(SourceHealth.objects.order_by("-consecutive_failures", "source"))
     beat_row = next((h for h in rows if h.source == BEAT_SOURCE), None)
-    sources = [source_state(h, now=now) for h in rows if not h.source.startswith(COLLECTOR_PREFIX)]
+    polled = set(sources_polled())
+    sources = [source_state(h, now=now, polled=h.source in polled)
+               for h in rows if not h.source.startswith(COLLECTOR_PREFIX)]
     sources.sort(key=lambda h: (h.healthy, -h.consecutive_failures, h.source))
     broker_state = broker_read()
 
@@ -199,8 +210,9 @@ def _workers_part(collection: CollectorHealth, *, ran_at, beat_up: bool, beat_se
         return CollectorPart("workers", label, False,
                              f"beat sends collect_all but no worker has run it {since}{waiting}: "
                              "no worker consumes queue default", last_seen_at=last_work)
-    polled = [h for h in collection.sources if h.poll_age_s is not None]
-    if beat_up and polled and all(h.state == "stale" for h in collection.sources):
+    expected = [h for h in collection.sources if h.state != "idle"]
+    polled = [h for h in expected if h.poll_age_s is not None]
+    if beat_up and polled and all(h.state == "stale" for h in expected):
         return CollectorPart("workers", label, False,
                              f"no source polled for {min(h.poll_age_s for h in polled):.0f} s{waiting}: "
                              "no worker consumes queue collect", last_seen_at=last_work)

@@ -81,7 +81,8 @@ def collector_health(*, now: datetime | None = None) -> list[SourceHealth]:
     `state`, `healthy`, `poll_age_s` and `problem` (collector_health.source_state). Failing and
     stale ones first. The collectors' own parts: collector_health.collector_health."""
     now = now or timezone.now()
-    rows = [collector_state.source_state(h, now=now) for h in
+    polled = set(collector_state.sources_polled())
+    rows = [collector_state.source_state(h, now=now, polled=h.source in polled) for h in
             SourceHealth.objects.exclude(source__startswith=collector_state.COLLECTOR_PREFIX)]
     return sorted(rows, key=lambda h: (h.healthy, -h.consecutive_failures, h.source))
 

@@ -337,8 +337,12 @@ def healthz(request):
     except Exception as exc:
         failed["database"] = str(exc)
     if not failed:
-        status = selectors.collector_status()
-        for part in status.down:
+        try:
+            down = selectors.collector_status().down
+        except Exception as exc:  # e.g. the schema not migrated yet: say so, not a 500
+            failed["collectors"] = f"cannot judge the collectors: {type(exc).__name__}: {exc}"
+            down = []
+        for part in down:
             # The broker keeps its old name here: monitors already match "redis".
             failed["redis" if part.name == "broker" else part.name] = part.detail
     else:

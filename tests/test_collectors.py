@@ -232,6 +232,15 @@ def beat_sent(at) -> None:
         client.set(BEAT_SENT_KEY, repr(at.timestamp()))
 
 
+def a_source(unique_name, tmp_path) -> str:
+    """A real (enabled) file store's source name: only sources still polled can go stale."""
+    from dashboard import services
+
+    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers="127.0.0.1:1")
+    store = services.store_get_or_create(name=unique_name("f"), kind="file", url=f"file://{tmp_path}", cluster=cluster)
+    return f"store:{store.pk}"
+
+
 @pytest.fixture
 def short_intervals(settings):
     settings.POLL_INTERVAL_S = 2.0
@@ -240,31 +249,34 @@ def short_intervals(settings):
     beat_sent(None)
 
 
-def test_with_the_collectors_running_everything_reads_healthy(client, vera, short_intervals):
+def test_with_the_collectors_running_everything_reads_healthy(client, vera, short_intervals, unique_name, tmp_path):
     from dashboard import services
 
+    source = a_source(unique_name, tmp_path)
     beat_sent(ago(1))
     beat_ran(ago(1))
-    services.source_health_record(source="store:901", label="store s", started_at=ago(1), duration_ms=20)
+    services.source_health_record(source=source, label="store s", started_at=ago(1), duration_ms=20)
     api, healthz, metrics, page = collectors_answers(client)
     assert (api["healthy"], api["down"]) == (True, [])
     assert [p["source"] for p in api["collectors"]] == ["collector:broker", "collector:beat", "collector:workers"]
     assert all(p["up"] for p in api["collectors"])
-    assert api["sources"][0]["source"] == "store:901" and api["sources"][0]["state"] == "ok"
+    assert api["sources"][0]["source"] == source and api["sources"][0]["state"] == "ok"
     assert (healthz.status_code, healthz.json()) == (200, {"status": "ok"})
     for part in ("broker", "beat", "workers"):
         assert f'offsetwatch_collector_up{{part="{part}"}} 1' in metrics
     assert "COLLECTORS DOWN" not in page
 
 
-def test_with_beat_stopped_no_source_reads_healthy_and_beat_is_named(client, vera, short_intervals):
+def test_with_beat_stopped_no_source_reads_healthy_and_beat_is_named(client, vera, short_intervals, unique_name,
+                                                                    tmp_path):
     """Nothing is written while beat is down: the last tick and the last poll, 30 s old with a
     2 s interval, say it. The source's own row, whose last poll worked, is not healthy either."""
     from dashboard import services
 
+    name = a_source(unique_name, tmp_path)
     beat_sent(ago(30))
     beat_ran(ago(30))
-    services.source_health_record(source="store:902", label="store s", started_at=ago(30), duration_ms=20)
+    services.source_health_record(source=name, label="store s", started_at=ago(30), duration_ms=20)
     api, healthz, metrics, page = collectors_answers(client)
 
     assert api["healthy"] is False and api["down"] == ["beat"]
@@ -276,7 +288,7 @@ def test_with_beat_stopped_no_source_reads_healthy_and_beat_is_named(client, ver
     assert healthz.status_code == 503
     assert healthz.json()["failed"] == ["beat"] and "no tick for 30 s" in healthz.json()["beat"]
     assert 'offsetwatch_collector_up{part="beat"} 0' in metrics
-    assert 'offsetwatch_source_up{source="store:902",label="store s"} 0' in metrics
+    assert f'offsetwatch_source_up{{source="{name}",label="store s"}} 0' in metrics
     assert "COLLECTORS DOWN" in page and "STALE" in page
 
 
@@ -291,15 +303,32 @@ def test_with_no_worker_running_what_beat_sends_the_workers_are_named(client, ve
     assert 'offsetwatch_collector_up{part="workers"} 0' in metrics and 'offsetwatch_collector_up{part="beat"} 1' in metrics
 
 
-def test_a_failing_source_is_stale_only_after_its_backoff(client, vera, short_intervals):
+def test_a_failing_source_is_stale_only_after_its_backoff(client, vera, short_intervals, unique_name, tmp_path):
+    from dashboard import services
+
+    name = a_source(unique_name, tmp_path)
+    beat_sent(ago(1))
+    beat_ran(ago(1))
+    for _ in range(3):  # 3 failures: next poll 16 s after the last
+        services.source_health_record(source=name, label="s", started_at=ago(10), duration_ms=5, error="down")
+    source = collectors_answers(client)[0]["sources"][0]
+    assert (source["state"], source["last_error_by"]) == ("failing", "source")
+    services.source_health_record(source=name, label="s", started_at=ago(60), duration_ms=5, error="down")
+    source = collectors_answers(client)[0]["sources"][0]
+    assert source["state"] == "stale" and "the last poll failed: down" in source["problem"]
+
+
+def test_a_disabled_store_is_idle_not_stale(client, vera, short_intervals, stack, unique_name, tmp_path):
     from dashboard import services
 
     beat_sent(ago(1))
     beat_ran(ago(1))
-    for _ in range(3):  # 3 failures: next poll 16 s after the last
-        services.source_health_record(source="store:903", label="s", started_at=ago(10), duration_ms=5, error="down")
-    source = collectors_answers(client)[0]["sources"][0]
-    assert (source["state"], source["last_error_by"]) == ("failing", "source")
-    services.source_health_record(source="store:903", label="s", started_at=ago(60), duration_ms=5, error="down")
-    source = collectors_answers(client)[0]["sources"][0]
-    assert source["state"] == "stale" and "the last poll failed: down" in source["problem"]
+    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store = services.store_get_or_create(name=unique_name("f"), kind="file", url=f"file://{tmp_path}", cluster=cluster)
+    services.source_health_record(source=f"cluster:{cluster.pk}", label="c", started_at=ago(1), duration_ms=5)
+    services.source_health_record(source=f"store:{store.pk}", label="f", started_at=ago(60), duration_ms=5)
+    store.enabled = False
+    store.save()
+    api = collectors_answers(client)[0]
+    assert api["healthy"] is True
+    assert {s["source"]: s["state"] for s in api["sources"]} == {f"store:{store.pk}": "idle", f"cluster:{cluster.pk}": "ok"}
