@@ -4,6 +4,9 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import before_task_publish
+
+from collectors.heartbeat import beat_sent_record
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 
@@ -20,3 +23,11 @@ def _schedule(sender, **kwargs):
     sender.add_periodic_task(settings.PRUNE_INTERVAL_S, sender.signature("collectors.tasks.prune"), name="prune")
     sender.add_periodic_task(settings.POLL_INTERVAL_S, sender.signature("collectors.tasks.expire_rewinds"),
                              name="expire-rewinds")
+
+
+@before_task_publish.connect
+def _beat_heartbeat(sender=None, **kwargs):
+    """beat's tick, seen where it happens: the process sending collect_all notes the time in Redis
+    (dashboard.collector_health tells beat down from workers down with it)."""
+    if sender == "collectors.tasks.collect_all":
+        beat_sent_record()

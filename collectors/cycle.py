@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.utils import timezone
 
@@ -46,10 +47,23 @@ class PollOutcome:
 
 @contextmanager
 def _polling(source: str, label: str):
-    """Record the poll of one source in SourceHealth; a failure becomes SourceFailed."""
+    """Record the poll of one source in SourceHealth; a failure becomes SourceFailed. A poll cut
+    by the worker's soft time limit is recorded as the collector's failure, not the source's."""
     outcome, t0 = PollOutcome(timezone.now()), time.monotonic()
     try:
         yield outcome
+    except SoftTimeLimitExceeded as exc:
+        # The worker's own limit stopped the poll: the collector is named, not the source.
+        took = time.monotonic() - t0
+        error = (f"the poll was cut by the worker's time limit after {took:.0f} s "
+                 f"(soft limit {settings.POLL_SOFT_TIME_LIMIT_S} s, OFFSETWATCH_POLL_TIME_LIMIT): "
+                 "the collector stopped it before the source answered")
+        log.warning("%s: %s", label, error)
+        services.source_health_record(
+            source=source, label=label, started_at=outcome.started_at, duration_ms=int(took * 1000),
+            error=error, error_by="collector",
+        )
+        raise SourceFailed(error) from exc
     except Exception as exc:  # any failure of one source is recorded and the cycle goes on
         error = _describe(exc)
         log.warning("%s failed: %s", label, error)

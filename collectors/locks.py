@@ -1,37 +1,98 @@
-"""A Redis lock per source so two polls of one source never overlap."""
+"""Redis keys that keep one poll per source: the poll lock and the "already queued" mark.
+
+- `offsetwatch:poll:<source>`: held while a poll of the source runs. Its TTL is short
+  (POLL_LOCK_TTL_S) and a thread renews it every third of that while the poll runs, so the
+  sources of a killed worker (SIGKILL, OOM, the hard time limit) are free again within the TTL.
+- `offsetwatch:queued:<source>`: set (NX, TTL POLL_QUEUED_TTL_S) by collect_all when it enqueues
+  the source, cleared when the poll starts. collect_all enqueues no source that is marked or
+  whose lock is held, so a slow or unreachable source never piles up polls in the queue.
+  Celery has no built-in "enqueue once" (celery-once is a separate package); the message's own
+  `expires` is the same TTL, so a poll still queued when its mark expires is dropped unrun.
+"""
 from __future__ import annotations
 
 import logging
+import threading
 from contextlib import contextmanager
 
 import redis
 from django.conf import settings
 
+from dashboard.redis_keys import POLL_LOCK_PREFIX, QUEUED_PREFIX
+
 log = logging.getLogger(__name__)
 
 
-@contextmanager
-def source_lock(source: str, ttl_s: float):
-    """Yield True if this process may poll `source` now, False if another poll of it runs.
-
-    When Redis cannot be reached the poll goes ahead without the lock (logged): an overlapping
-    poll only repeats idempotent reads and writes, while skipping would blind the dashboard.
-    """
-    client = redis.Redis.from_url(
+def redis_client() -> redis.Redis:
+    return redis.Redis.from_url(
         settings.REDIS_URL, socket_timeout=settings.IO_TIMEOUT_S, socket_connect_timeout=settings.IO_TIMEOUT_S
     )
-    lock = client.lock(f"offsetwatch:poll:{source}", timeout=ttl_s, blocking=False)
+
+
+class _Renewer(threading.Thread):
+    """Renews a held lock's TTL every `every_s` until stopped; a lost lock is logged, once."""
+
+    def __init__(self, lock, source: str, every_s: float):
+        super().__init__(name=f"lock-renew {source}", daemon=True)
+        self.lock, self.source, self.every_s = lock, source, every_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.every_s):
+            try:
+                self.lock.reacquire()
+            except redis.exceptions.LockError:
+                log.warning("poll lock for %s expired while its poll ran: another poll may overlap", self.source)
+                return
+            except redis.exceptions.RedisError as exc:
+                log.warning("poll lock for %s not renewed (%s); retrying", self.source, exc)
+
+
+@contextmanager
+def source_lock(source: str, ttl_s: float | None = None):
+    """Yield True if this process may poll `source` now, False if another poll of it runs.
+
+    The lock expires `ttl_s` (default POLL_LOCK_TTL_S) after its holder stops renewing it.
+    Redis is the broker too, so a task reaches here only through it; when Redis is lost in
+    between, the poll goes ahead without the lock (logged): an overlapping poll only repeats
+    idempotent reads and writes, and the collectors page shows the broker down meanwhile.
+    """
+    ttl_s = ttl_s or settings.POLL_LOCK_TTL_S
+    # thread_local=False: the renewing thread must see the token the poll's thread acquired.
+    lock = redis_client().lock(f"{POLL_LOCK_PREFIX}{source}", timeout=ttl_s, blocking=False, thread_local=False)
     try:
         acquired = lock.acquire()
     except redis.exceptions.RedisError as exc:
         log.warning("poll lock for %s unavailable (%s): polling without it", source, exc)
         yield True
         return
+    renewer = None
+    if acquired:
+        renewer = _Renewer(lock, source, every_s=ttl_s / 3)
+        renewer.start()
     try:
         yield acquired
     finally:
-        if acquired:
+        if renewer is not None:
+            renewer.stopped.set()
+            renewer.join(timeout=settings.IO_TIMEOUT_S)
             try:
                 lock.release()
             except redis.exceptions.RedisError:
                 pass  # expired meanwhile or Redis went away: the TTL bounds it, nothing to undo
+
+
+def queued_mark(client: redis.Redis, source: str) -> bool:
+    """Mark `source` as queued; False (and nothing marked) if it is queued or its poll runs."""
+    if client.exists(f"{POLL_LOCK_PREFIX}{source}"):
+        return False
+    return bool(client.set(f"{QUEUED_PREFIX}{source}", "1", nx=True, ex=max(1, round(settings.POLL_QUEUED_TTL_S))))
+
+
+def queued_clear(source: str, client: redis.Redis | None = None) -> None:
+    """The poll of `source` started (or was never sent): collect_all may enqueue it again."""
+    try:
+        (client or redis_client()).delete(f"{QUEUED_PREFIX}{source}")
+    except redis.exceptions.RedisError as exc:
+        log.warning("queued mark of %s not cleared (%s): it expires by itself", source, exc)
+

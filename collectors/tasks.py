@@ -1,14 +1,16 @@
-"""Thin Celery tasks: take ids, hold the source's lock, call one cycle function."""
+"""Thin Celery tasks: take ids, hold the source's lock, call one cycle function.
+
+Task names are part of the deployment (queued messages and beat entries name them): keep them."""
 from __future__ import annotations
 
 import logging
 
 from celery import shared_task
 from django.conf import settings
+from django.utils import timezone
 
-from collectors import cycle
-from collectors.locks import source_lock
-from dashboard.models import Cluster, Store
+from collectors import cycle, fanout
+from collectors.locks import queued_clear, source_lock
 
 log = logging.getLogger(__name__)
 
@@ -19,22 +21,27 @@ HARD_LIMIT_S = settings.POLL_HARD_TIME_LIMIT_S
 
 @shared_task(name="collectors.tasks.collect_all", ignore_result=True)
 def collect_all() -> None:
-    for store_id in Store.objects.filter(enabled=True).values_list("pk", flat=True):
-        poll_store.delay(store_id)
-    for cluster_id in Cluster.objects.values_list("pk", flat=True):
-        poll_cluster.delay(cluster_id)
+    fanout.cycle_fan_out(now=timezone.now(), enqueue=_enqueue)
+
+
+def _enqueue(source: str) -> None:
+    kind, pk = source.split(":", 1)
+    task = poll_store if kind == "store" else poll_cluster
+    # Expires with its queued mark: a poll still waiting then is dropped and its source sent afresh.
+    task.apply_async((int(pk),), expires=settings.POLL_QUEUED_TTL_S)
 
 
 def _poll_alone(source: str, poll, pk: int) -> None:
     """Run one source's poll unless another poll of it is still running."""
-    with source_lock(source, ttl_s=HARD_LIMIT_S) as acquired:
+    with source_lock(source) as acquired:
+        queued_clear(source)  # taken off the queue: collect_all may send it again after this poll
         if not acquired:
             log.info("%s: previous poll still running, skipped", source)
             return
         try:
             poll(pk)
         except cycle.SourceFailed:
-            pass  # recorded in SourceHealth; the next cycle retries
+            pass  # recorded in SourceHealth; the next cycle retries (after its backoff)
 
 
 @shared_task(name="collectors.tasks.poll_store", ignore_result=True, soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
@@ -56,8 +63,6 @@ def expire_rewinds() -> None:
 
 @shared_task(name="collectors.tasks.prune", ignore_result=True, soft_time_limit=600, time_limit=660)
 def prune() -> None:
-    from django.utils import timezone
-
     from dashboard import services
 
     with source_lock("prune", ttl_s=660) as acquired:

@@ -318,18 +318,42 @@ def api_pipeline_lag(request, pipeline_id: int):
     })
 
 
+def _collector_part_json(part, now) -> dict:
+    since = part.seconds_since(now)
+    return {
+        "source": part.source, "label": part.label, "up": part.up, "healthy": part.up is not False,
+        "detail": part.detail, "last_seen_at": _iso(part.last_seen_at),
+        "seconds_since_last_seen": round(since, 1) if since is not None else None,
+    }
+
+
 @api_view()
 def api_collectors(request):
-    return JsonResponse({"sources": [
-        {
-            "source": h.source, "label": h.label, "healthy": not h.consecutive_failures,
-            "last_attempt_at": _iso(h.last_attempt_at), "last_success_at": _iso(h.last_success_at),
-            "last_duration_ms": h.last_duration_ms, "consecutive_failures": h.consecutive_failures,
-            "last_error": h.last_error or None, "last_error_at": _iso(h.last_error_at),
-            "warning": h.warning or None,
-        }
-        for h in selectors.collector_health()
-    ]})
+    """The collector system's parts first ("collector:broker", "collector:beat",
+    "collector:workers"), then every source; all judged now from timestamps, so a stopped
+    beat, worker or Redis shows here although it wrote nothing."""
+    status = selectors.collector_status()
+    now = status.now
+    return JsonResponse({
+        "healthy": status.healthy,
+        "down": [p.name for p in status.down],
+        "checked_at": _iso(now),
+        "collectors": [_collector_part_json(p, now) for p in status.parts],
+        "queued": status.queued,
+        "sources": [
+            {
+                "source": h.source, "label": h.label, "healthy": h.healthy, "state": h.state,
+                "problem": h.problem or None,
+                "seconds_since_last_poll": round(h.poll_age_s, 1) if h.poll_age_s is not None else None,
+                "last_attempt_at": _iso(h.last_attempt_at), "last_success_at": _iso(h.last_success_at),
+                "last_duration_ms": h.last_duration_ms, "consecutive_failures": h.consecutive_failures,
+                "last_error": h.last_error or None, "last_error_at": _iso(h.last_error_at),
+                "last_error_by": (h.last_error_by or "source") if h.consecutive_failures else None,
+                "warning": h.warning or None,
+            }
+            for h in status.sources
+        ],
+    })
 
 
 @lru_cache(maxsize=1)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from fnmatch import fnmatchcase
 
 from streamoffsets.evaluation import Status
@@ -69,11 +70,13 @@ _STATUS_HELP = ("Pipeline status as a number, worst highest: " +
 
 def render(
     *, pipelines: Sequence, sources: Sequence, include: Sequence[str] = (), exclude: Sequence[str] = (),
-    per_partition: bool = False,
+    per_partition: bool = False, collectors: Sequence = (), now: datetime | None = None,
 ) -> str:
     """The exposition text. `pipelines`: selectors.PipelineMetrics rows; `sources`: objects with
-    source, label, consecutive_failures, last_success_at (SourceHealth). Unknown values (no
-    evaluation yet, lag in seconds not yet known) are left out, never exported as 0."""
+    source, label, consecutive_failures, last_success_at and, when judged (collector_health.
+    source_state), healthy and poll_age_s; `collectors`: collector_health.CollectorPart (name, up,
+    last_seen_at) judged at `now`. Unknown values (no evaluation yet, lag in seconds not yet
+    known, a collector part that cannot be told) are left out, never exported as 0."""
     lag = _Family("offsetwatch_pipeline_lag_messages", "Total lag: messages between committed offsets and high watermarks.")
     lag_s = _Family("offsetwatch_pipeline_lag_seconds",
                     "Largest per-partition lag in seconds (absent while unknown).")
@@ -104,16 +107,46 @@ def render(
     up = _Family("offsetwatch_source_up", "1 when the last poll of the source (a store or a cluster's watermarks) succeeded.")
     last_ok = _Family("offsetwatch_source_last_success_timestamp_seconds", "Unix time of the source's last successful poll.")
     failures = _Family("offsetwatch_source_consecutive_failures", "Failed polls of the source in a row.")
+    poll_age = _Family("offsetwatch_source_seconds_since_last_poll",
+                       "Seconds since the source's last poll (success or failure) ended.")
     for s in sources:
         labels = {"source": s.source, "label": s.label}
-        up.add(labels, int(s.consecutive_failures == 0 and s.last_success_at is not None))
+        # A source not polled for too long is down too, though its last poll worked.
+        healthy = getattr(s, "healthy", s.consecutive_failures == 0 and s.last_success_at is not None)
+        up.add(labels, int(bool(healthy) and s.last_success_at is not None))
         last_ok.add(labels, s.last_success_at.timestamp() if s.last_success_at else None)
         failures.add(labels, s.consecutive_failures)
+        poll_age.add(labels, getattr(s, "poll_age_s", None))
+
+    collector_up = _Family("offsetwatch_collector_up",
+                           "1 when a part of the collector system works (broker: Redis answers; beat: it ticked "
+                           "within OFFSETWATCH_COLLECTOR_STALE_AFTER; workers: they ran a task or a poll within it). "
+                           "Absent while it cannot be told (e.g. the workers while beat is down).")
+    collector_age = _Family("offsetwatch_collector_seconds_since_last_seen",
+                            "Seconds since a part of the collector system was last seen working "
+                            "(beat: its last tick; workers: their last collect_all or poll).")
+    for piece in collectors:
+        labels = {"part": piece.name}
+        collector_up.add(labels, None if piece.up is None else int(piece.up))
+        if now is not None and piece.name != "broker":
+            collector_age.add(labels, piece.seconds_since(now))
+    if now is not None and sources:
+        ends = [s.last_attempt_at.timestamp() + (s.last_duration_ms or 0) / 1000 for s in sources if s.last_attempt_at]
+        last_poll = _Family("offsetwatch_collector_seconds_since_last_poll",
+                            "Seconds since any source's poll last ended: the collectors' pulse.")
+        last_poll.add({}, max(0.0, now.timestamp() - max(ends)) if ends else None)
+    else:
+        last_poll = None
 
     counts = _Family("offsetwatch_metrics_pipelines",
                      "Pipelines known, by whether OFFSETWATCH_METRICS_INCLUDE/_EXCLUDE let them be exported.")
     counts.add({"exported": "true"}, exported)
     counts.add({"exported": "false"}, skipped)
 
-    families = [lag, lag_s, status, margin, left] + ([part] if per_partition else []) + [up, last_ok, failures, counts]
+    families = [lag, lag_s, status, margin, left] + ([part] if per_partition else []) + [up, last_ok, failures, poll_age]
+    if collectors:
+        families += [collector_up, collector_age]
+    if last_poll is not None:
+        families.append(last_poll)
+    families.append(counts)
     return "\n".join(line for family in families for line in family.lines()) + "\n"

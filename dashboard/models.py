@@ -66,6 +66,9 @@ class SourceHealth(models.Model):
     last_success_at = models.DateTimeField(null=True)
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True)
+    # Who the last error is on: "source" (the server failed or refused) or "collector" (the poll
+    # was cut by the worker's own time limit: the source may be fine, the worker was too slow).
+    last_error_by = models.CharField(max_length=20, blank=True, default="")
     consecutive_failures = models.PositiveIntegerField(default=0)
     last_duration_ms = models.PositiveIntegerField(null=True)
     # A successful poll that found something to tell (e.g. a tracked topic no longer exists).

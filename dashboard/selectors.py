@@ -19,6 +19,7 @@ from django.utils import timezone
 from collectors.readers import ReadPlan
 from dashboard.models import (Batch, Cluster, ExportJob, Incident, Pipeline, PipelineEvaluation, SourceHealth, StartReport, Store,
                               StoreProblem, WatermarkSample)
+from dashboard import collector_health as collector_state
 from dashboard.packing import NONE, unpack, unpack_partitions
 from dashboard.params import RANGES  # noqa: F401  (the chart's preset ranges, kept importable from here)
 from streamoffsets import evaluation
@@ -101,13 +102,32 @@ def pipeline_freshness(*, pipeline: Pipeline, now: datetime | None = None) -> Fr
     return Freshness(stale=bool(reasons), reasons=reasons)
 
 
-def collector_health() -> list[SourceHealth]:
-    """Every polled source, failing ones first."""
-    return list(SourceHealth.objects.order_by("-consecutive_failures", "source"))
+def collector_health(*, now: datetime | None = None) -> list[SourceHealth]:
+    """Every polled source (not the collectors' own rows), judged at `now`: each row carries
+    `state`, `healthy`, `poll_age_s` and `problem` (collector_health.source_state). Failing and
+    stale ones first. The collectors' own parts: collector_health.collector_health."""
+    now = now or timezone.now()
+    polled = set(collector_state.sources_polled())
+    rows = [collector_state.source_state(h, now=now, polled=h.source in polled) for h in
+            SourceHealth.objects.exclude(source__startswith=collector_state.COLLECTOR_PREFIX)]
+    return sorted(rows, key=lambda h: (h.healthy, -h.consecutive_failures, h.source))
+
+
+def collector_status(*, now: datetime | None = None) -> collector_state.CollectorHealth:
+    """The collector system (broker, beat, workers) and every source, derived at `now` from
+    timestamps: a stopped collector writes nothing, so nothing it would record can tell."""
+    return collector_state.collector_health(now=now or timezone.now())
+
+
+def broker_check() -> str:
+    """"" when Redis (the Celery broker) answers a PING within 2 s, else why not."""
+    broker = collector_state.broker_read()
+    return "" if broker.up else f"Redis does not answer: {broker.error}"
 
 
 def unreachable_sources() -> list[SourceHealth]:
-    return list(SourceHealth.objects.filter(consecutive_failures__gt=0).order_by("source"))
+    return list(SourceHealth.objects.filter(consecutive_failures__gt=0)
+                .exclude(source__startswith=collector_state.COLLECTOR_PREFIX).order_by("source"))
 
 
 def stale_sources(*, now: datetime) -> list[SourceHealth]:
@@ -115,7 +135,7 @@ def stale_sources(*, now: datetime) -> list[SourceHealth]:
     polls do not fail (e.g. the collectors stopped): the numbers shown are old."""
     return list(SourceHealth.objects.filter(
         consecutive_failures=0, last_success_at__lt=now - timedelta(seconds=settings.STALE_AFTER_S)
-    ).order_by("last_success_at"))
+    ).exclude(source__startswith=collector_state.COLLECTOR_PREFIX).order_by("last_success_at"))
 
 
 def store_names() -> list[str]:

@@ -61,10 +61,11 @@ def store_get_or_create(*, name: str, kind: str, url: str, cluster: Cluster) -> 
 
 def source_health_record(
     *, source: str, label: str, started_at: datetime, duration_ms: int, error: str | None = None,
-    warning: str = "",
+    warning: str = "", error_by: str = "source",
 ) -> SourceHealth:
     """Record one poll of a source; an error marks it failing until the next success. A warning
-    (the poll worked, something it found needs telling) is kept until a poll without one."""
+    (the poll worked, something it found needs telling) is kept until a poll without one.
+    `error_by`: "source" (the server failed) or "collector" (the worker's time limit cut the poll)."""
     health, _ = SourceHealth.objects.get_or_create(source=source, defaults={"label": label})
     health.label = label
     health.last_attempt_at = started_at
@@ -76,6 +77,7 @@ def source_health_record(
     else:
         health.last_error = error[:5000]
         health.last_error_at = started_at
+        health.last_error_by = error_by
         health.consecutive_failures += 1
     health.save()
     return health

@@ -15,7 +15,8 @@ Environment variables (see README, configuration):
   OFFSETWATCH_SECURE_PROXY_SSL_HEADER, OFFSETWATCH_HSTS_SECONDS, OFFSETWATCH_HSTS_INCLUDE_SUBDOMAINS,
   OFFSETWATCH_SERVE_STATIC, OFFSETWATCH_STATIC_ROOT, OFFSETWATCH_LOG_FORMAT, OFFSETWATCH_LOG_LEVEL,
   OFFSETWATCH_CELERY_QUEUES, OFFSETWATCH_CELERY_CONCURRENCY, OFFSETWATCH_CELERY_MAX_TASKS_PER_CHILD,
-  OFFSETWATCH_POLL_TIME_LIMIT, OFFSETWATCH_KAFKA_CLIENT_CONFIGS
+  OFFSETWATCH_POLL_TIME_LIMIT, OFFSETWATCH_POLL_LOCK_TTL, OFFSETWATCH_POLL_QUEUED_TTL, OFFSETWATCH_POLL_BACKOFF_MAX,
+  OFFSETWATCH_COLLECTOR_STALE_AFTER, OFFSETWATCH_KAFKA_CLIENT_CONFIGS
 """
 from __future__ import annotations
 
@@ -260,6 +261,17 @@ IO_TIMEOUT_S = env_float("OFFSETWATCH_IO_TIMEOUT", 5.0)
 # 15 s earlier lets it record its failure first.
 POLL_HARD_TIME_LIMIT_S = env_int("OFFSETWATCH_POLL_TIME_LIMIT", max(30, int(IO_TIMEOUT_S * 6)) + 15)
 POLL_SOFT_TIME_LIMIT_S = max(1, POLL_HARD_TIME_LIMIT_S - 15)
+# A source's poll lock lives this long and is renewed while its poll runs, so a killed worker's
+# sources are polled again within it (not after the whole time limit).
+POLL_LOCK_TTL_S = env_float("OFFSETWATCH_POLL_LOCK_TTL", max(3 * IO_TIMEOUT_S, 3.0))
+# A source already queued is not enqueued again until its poll starts or this many seconds pass
+# (a queued poll older than this expires unrun: its source is enqueued afresh).
+POLL_QUEUED_TTL_S = env_float("OFFSETWATCH_POLL_QUEUED_TTL", max(3 * POLL_INTERVAL_S, 30.0))
+# A failing source is polled every interval x 2^failures, at most this often apart (seconds).
+POLL_BACKOFF_MAX_S = env_float("OFFSETWATCH_POLL_BACKOFF_MAX", 60.0)
+# The collectors (beat, workers) and a source count as down after this many seconds without a
+# tick or a poll (a failing source: after its backoff plus this).
+COLLECTOR_STALE_AFTER_S = env_float("OFFSETWATCH_COLLECTOR_STALE_AFTER", 2 * POLL_INTERVAL_S)
 # librdkafka settings per cluster name (security.protocol, sasl.*, ssl.*): used for the cluster's
 # watermarks and for Kafka group-offset stores on it. Secrets stay out of the database; use
 # OFFSETWATCH_KAFKA_CLIENT_CONFIGS_FILE for a mounted secret file.

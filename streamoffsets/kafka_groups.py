@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import TimeoutError as FutureTimeout
 from urllib.parse import urlparse
 
 from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
+    KafkaError,
     KafkaException,
     TopicPartition,
 )
@@ -26,6 +28,27 @@ from streamoffsets.types import BatchOffsets, HistoryPage, PipelineKey, RowProbl
 
 # librdkafka's "no committed offset" sentinel (OFFSET_INVALID).
 NO_OFFSET = -1001
+
+# Errors that say the brokers did not answer (not that they refused one group): the whole store
+# is then unreachable, and a poll that met one must fail rather than report fewer groups.
+UNREACHABLE_CODES = frozenset({
+    KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
+    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION,
+})
+
+
+def _error_of(exc: BaseException) -> KafkaError | None:
+    arg = exc.args[0] if exc.args else None
+    return arg if isinstance(arg, KafkaError) else None
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """A timeout of our own wait, or a Kafka error that says no broker answered."""
+    if isinstance(exc, FutureTimeout):
+        return True
+    error = exc if isinstance(exc, KafkaError) else _error_of(exc)
+    return error is not None and error.code() in UNREACHABLE_CODES
 
 
 class KafkaGroupOffsetStore(StoreBase):
@@ -94,8 +117,10 @@ class KafkaGroupOffsetStore(StoreBase):
         try:
             futures = self._admin_client().list_consumer_group_offsets(request, request_timeout=self.timeout_s)
             result = futures[group].result(timeout=self.timeout_s * 2)
-        except KafkaException as exc:
-            raise StoreUnreachable(self.name, group, f"cannot read committed offsets: {exc}") from exc
+        except (KafkaException, FutureTimeout) as exc:
+            raise StoreUnreachable(
+                self.name, group, f"cannot read committed offsets: {exc or type(exc).__name__}"
+            ) from exc
         return [tp for tp in result.topic_partitions if tp.offset != NO_OFFSET]
 
     def _decode(self, group: str, topic: str, tps: list[TopicPartition], observed_ms: int) -> BatchOffsets:
@@ -139,12 +164,21 @@ class KafkaGroupOffsetStore(StoreBase):
         return page
 
     def list_groups(self) -> list[str]:
+        """Every consumer group of the cluster. StoreUnreachable when any broker's answer is
+        missing: ListConsumerGroups asks every broker and reports those that did not answer in
+        `errors`, not as an exception, so an unreachable cluster would otherwise read as one with
+        no groups (and a partly answered listing as one whose groups went away)."""
         try:
             result = self._admin_client().list_consumer_groups(request_timeout=self.timeout_s).result(
                 timeout=self.timeout_s * 2
             )
-        except KafkaException as exc:
-            raise StoreUnreachable(self.name, "groups", f"cannot list consumer groups: {exc}") from exc
+        except (KafkaException, FutureTimeout) as exc:
+            raise StoreUnreachable(
+                self.name, "groups", f"cannot list consumer groups: {exc or type(exc).__name__}"
+            ) from exc
+        if result.errors:
+            errors = "; ".join(e.str() if isinstance(e, KafkaError) else str(e) for e in result.errors)
+            raise StoreUnreachable(self.name, "groups", f"cannot list consumer groups: {errors}")
         return sorted(g.group_id for g in result.valid)
 
     def _all_group_offsets(self) -> tuple[dict[str, list[TopicPartition]], list[RowProblem]]:
@@ -164,7 +198,11 @@ class KafkaGroupOffsetStore(StoreBase):
         for group, future in futures.items():
             try:
                 result = future.result(timeout=self.timeout_s * 2)
-            except KafkaException as exc:
+            except (KafkaException, FutureTimeout) as exc:
+                if _unreachable(exc):  # the broker went away: the poll fails, it does not shrink
+                    raise StoreUnreachable(
+                        self.name, group, f"cannot read committed offsets: {exc or type(exc).__name__}"
+                    ) from exc
                 problems.append(RowProblem(self.name, group, f"cannot read committed offsets: {exc}"))
                 continue
             offsets[group] = [tp for tp in result.topic_partitions if tp.offset != NO_OFFSET]

@@ -49,7 +49,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from streamoffsets.errors import MalformedRecord, OffsetStoreError
+from streamoffsets.errors import MalformedRecord, OffsetStoreError, StoreUnreachable
 from streamoffsets.store import StoreBase, local_path_from_url
 from streamoffsets.types import BatchOffsets, HistoryPage, PipelineKey, RowProblem
 
@@ -288,9 +288,15 @@ class OffsetFileStore(StoreBase):
         """
         found: list[PipelineKey] = []
         problems: list[RowProblem] = []
-        if not self.root.is_dir():
-            problems.append(RowProblem(self.name, str(self.root), "root directory does not exist"))
-            return found, problems
+        # A root that cannot be listed (an unmounted share, a typo) fails the read: reporting
+        # it as a store holding no pipelines would read as a healthy, empty store.
+        try:
+            with os.scandir(self.root):
+                pass
+        except FileNotFoundError as exc:
+            raise StoreUnreachable(self.name, str(self.root), "root directory does not exist") from exc
+        except OSError as exc:
+            raise StoreUnreachable(self.name, str(self.root), f"cannot list the root directory: {exc}") from exc
         for group_dir in self._subdirs(self.root, problems):
             group = decode_component(group_dir.name)
             for topic_dir in self._subdirs(group_dir, problems):

@@ -80,3 +80,22 @@ def spark(tmp_path_factory):
     session = build_spark_session("offset-watch-tests", tmp_path_factory.mktemp("spark"))
     yield session
     session.stop()
+
+
+@pytest.fixture
+def collectors_ticking(db):
+    """The collectors as if running: beat's collect_all just ran on a worker (its heartbeat row),
+    and no stale "beat sent" mark of an earlier test is left in Redis."""
+    import redis
+    from django.conf import settings
+    from django.utils import timezone
+
+    from dashboard import collector_health, services
+    from dashboard.redis_keys import BEAT_SENT_KEY
+
+    try:
+        redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2).delete(BEAT_SENT_KEY)
+    except redis.exceptions.RedisError:
+        pass  # a test that points REDIS_URL at a dead server: nothing to clear
+    return services.source_health_record(source=collector_health.BEAT_SOURCE, label=collector_health.BEAT_LABEL,
+                                         started_at=timezone.now(), duration_ms=0)

@@ -48,3 +48,226 @@ def test_a_poll_is_skipped_while_another_holds_the_sources_lock(stack, unique_na
         assert not Batch.objects.filter(pipeline__store=s.store).exists()
     tasks.poll_store(s.store.pk)
     assert Batch.objects.filter(pipeline__store=s.store).count() == 1
+
+
+# --- one poll per source in the queue, backoff, locks, the worker's time limit (issue #11: 5, 6) ---
+
+def broker():
+    import redis
+    from django.conf import settings
+
+    return redis.Redis.from_url(settings.REDIS_URL)
+
+
+@pytest.fixture
+def empty_queues():
+    """The real broker's queues and marks emptied, before and after (tests share its db)."""
+    def clear():
+        r = broker()
+        r.delete("collect", "default")
+        for key in r.scan_iter("offsetwatch:queued:*"):
+            r.delete(key)
+        for key in r.scan_iter("offsetwatch:poll:*"):
+            r.delete(key)
+    clear()
+    yield
+    clear()
+
+
+def queued_polls() -> list[str]:
+    """The poll tasks waiting in the broker's `collect` queue, as sources ("store:<id>")."""
+    import ast
+    import json
+
+    found = []
+    for raw in broker().lrange("collect", 0, -1):
+        headers = json.loads(raw)["headers"]
+        kind = "store" if headers["task"] == "collectors.tasks.poll_store" else "cluster"
+        found.append(f"{kind}:{ast.literal_eval(headers['argsrepr'])[0]}")
+    return sorted(found)
+
+
+def file_store(unique_name, cluster, root):
+    from dashboard import services
+
+    return services.store_get_or_create(name=unique_name("f"), kind="file", url=f"file://{root}", cluster=cluster)
+
+
+@pytest.mark.django_db
+def test_collect_all_does_not_enqueue_a_source_already_queued_or_running(empty_queues, unique_name, tmp_path):
+    """Issue #11, observation 5: beat enqueued every source every cycle whatever was queued."""
+    from dashboard import services
+
+    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers="127.0.0.1:1")
+    a, b = file_store(unique_name, cluster, tmp_path / "a"), file_store(unique_name, cluster, tmp_path / "b")
+    everything = sorted([f"store:{a.pk}", f"store:{b.pk}", f"cluster:{cluster.pk}"])
+
+    for _ in range(3):  # three beats while no worker runs: one poll per source waits, not three
+        tasks.collect_all()
+    assert queued_polls() == everything
+
+    broker().delete("collect")  # a worker took them: each poll clears its mark as it starts
+    for source in everything:
+        tasks.queued_clear(source)
+    with source_lock(f"store:{a.pk}") as held:  # store a's poll is running
+        assert held
+        tasks.collect_all()
+        assert queued_polls() == sorted([f"store:{b.pk}", f"cluster:{cluster.pk}"])
+    broker().delete("collect")
+    for source in everything:
+        tasks.queued_clear(source)
+    tasks.collect_all()  # store a's poll ended: sent again
+    assert queued_polls() == everything
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_source_backs_off_while_a_healthy_one_keeps_its_cadence(stack, empty_queues, unique_name,
+                                                                          tmp_path, settings):
+    """Issue #11, observation 5: an unreachable source is polled every interval x 2^failures
+    (capped) while the healthy ones are sent every cycle; a real worker runs the polls."""
+    from celery.signals import before_task_publish
+
+    from dashboard import services
+
+    settings.POLL_INTERVAL_S = 1.0
+    settings.POLL_BACKOFF_MAX_S = 60.0
+    (tmp_path / "good").mkdir()
+    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    good = file_store(unique_name, cluster, tmp_path / "good")
+    bad = file_store(unique_name, cluster, tmp_path / "unmounted")  # fails at once: no root
+
+    sent: list[str] = []
+
+    def count(sender=None, body=None, **kwargs):
+        if sender == "collectors.tasks.poll_store":
+            sent.append(f"store:{body[0][0]}")
+    before_task_publish.connect(count)
+    cycles = 8
+    try:
+        with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
+            start = time.monotonic()
+            for i in range(cycles):
+                while time.monotonic() < start + i * settings.POLL_INTERVAL_S:
+                    time.sleep(0.02)
+                tasks.collect_all()  # what beat sends every interval, run here on the clock
+                assert wait_for(lambda: not broker().keys("offsetwatch:queued:store:*"), timeout_s=0.9)
+    finally:
+        before_task_publish.disconnect(count)
+    assert sent.count(f"store:{good.pk}") == cycles
+    # Failures 1, 2, 3: waits of 2, 4, 8 s after each poll: sent at about 0, 2-3 and 6-7 s.
+    assert 2 <= sent.count(f"store:{bad.pk}") <= 3, sent
+    assert SourceHealth.objects.get(source=f"store:{bad.pk}").consecutive_failures == sent.count(f"store:{bad.pk}")
+
+
+def test_backoff_doubles_per_failure_up_to_the_cap(settings):
+    from dashboard.collector_health import backoff_s
+
+    settings.POLL_INTERVAL_S, settings.POLL_BACKOFF_MAX_S = 2.0, 60.0
+    assert [backoff_s(n) for n in range(7)] == [0, 4, 8, 16, 32, 60, 60]
+    assert backoff_s(10_000) == 60
+
+
+LOCK_HOLDER = """
+import os, sys, time
+import django
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+django.setup()
+from collectors import tasks
+
+def poll(pk):
+    print("polling", flush=True)
+    time.sleep(120)
+
+tasks._poll_alone(sys.argv[1], poll, 0)
+"""
+
+
+def test_a_killed_workers_lock_is_free_within_the_short_ttl(unique_name):
+    """Issue #11, observation 6: the lock lived as long as the hard time limit (45 s), so a
+    killed worker blocked its source that long. A process that holds it is SIGKILLed here."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.test_deploy import ROOT
+
+    source = f"store:{unique_name('killed')}"
+    env = {**os.environ, "OFFSETWATCH_POLL_LOCK_TTL": "2"}
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, source], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "polling"
+        with source_lock(source, ttl_s=30) as held:
+            assert held is False  # its poll runs: held, and renewed past the 2 s
+        time.sleep(2.5)
+        with source_lock(source, ttl_s=30) as held:
+            assert held is False
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+        killed_at = time.monotonic()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    freed = None
+    while time.monotonic() < killed_at + 10:
+        with source_lock(source, ttl_s=30) as held:
+            if held:
+                freed = time.monotonic() - killed_at
+                break
+        time.sleep(0.1)
+    assert freed is not None and freed <= 2.5, freed
+
+
+def test_the_lock_is_renewed_while_a_poll_outlasts_its_ttl(settings, unique_name):
+    settings.POLL_LOCK_TTL_S = 1.0
+    source = f"store:{unique_name('slow')}"
+    seen = []
+
+    def slow_poll(pk):
+        for _ in range(6):  # 3 s: three TTLs
+            time.sleep(0.5)
+            with source_lock(source, ttl_s=30) as other:
+                seen.append(other)
+
+    tasks._poll_alone(source, slow_poll, 0)
+    assert seen == [False] * 6  # never free while the poll ran
+    with source_lock(source, ttl_s=30) as held:
+        assert held  # released at its end
+
+
+@pytest.mark.django_db
+def test_a_poll_cut_by_the_workers_time_limit_names_the_collector(stack, unique_name, settings):
+    """Issue #11, observation 6: SoftTimeLimitExceeded was recorded as the source failing. The
+    store here is frozen (accepts, never answers) and the worker's soft limit comes first;
+    billiard delivers it as a signal whose handler raises SoftTimeLimitExceeded, as here."""
+    import signal
+    import socket
+
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from dashboard import services
+
+    settings.IO_TIMEOUT_S = 20.0
+    frozen = socket.socket()
+    frozen.bind(("127.0.0.1", 0))
+    frozen.listen(8)
+    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store = services.store_get_or_create(name=unique_name("h"), kind="hbase", cluster=cluster,
+                                         url=f"hbase://127.0.0.1:{frozen.getsockname()[1]}/offsets")
+
+    def soft_limit(signum, frame):
+        raise SoftTimeLimitExceeded()
+    previous = signal.signal(signal.SIGALRM, soft_limit)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        tasks.poll_store(store.pk)  # returns: the failure is recorded, the task ends quietly
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        frozen.close()
+    health = SourceHealth.objects.get(source=f"store:{store.pk}")
+    assert health.consecutive_failures == 1
+    assert health.last_error.startswith("the poll was cut by the worker's time limit after 1 s")
+    assert health.last_error_by == "collector"
+    assert "SoftTimeLimitExceeded" not in health.last_error

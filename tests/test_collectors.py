@@ -156,3 +156,179 @@ def test_store_urls_are_validated_with_a_message_that_says_what_is_wrong(kind, u
     else:
         with pytest.raises(ValidationError, match=message):
             store.clean()
+
+
+@pytest.mark.parametrize("kind", ["kafka", "zookeeper", "hbase", "file", "checkpoint"])
+def test_every_store_kind_whose_server_is_away_is_a_failed_poll(stack, unique_name, tmp_path, settings, kind):
+    """Issue #11, observation 4: a store that cannot be read is a failure of its poll, never a
+    successful poll that found nothing (the Kafka group store's was)."""
+    from collectors import cycle
+    from dashboard import services
+
+    settings.IO_TIMEOUT_S = 1.0
+    url = {
+        "kafka": f"kafka://127.0.0.1:{free_port()}",
+        "zookeeper": f"zk://127.0.0.1:{free_port()}",
+        "hbase": f"hbase://127.0.0.1:{free_port()}/offsets",
+        "file": f"file://{tmp_path}/unmounted",
+        "checkpoint": f"checkpoint://{tmp_path}/unmounted",
+    }[kind]
+    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store = services.store_get_or_create(name=unique_name(kind), kind=kind, url=url, cluster=cluster)
+    with pytest.raises(cycle.SourceFailed):
+        cycle.poll_store(store.pk)
+    health = SourceHealth.objects.get(source=f"store:{store.pk}")
+    assert health.consecutive_failures == 1 and health.last_success_at is None
+    assert health.last_error
+
+
+# --- the collectors' own health, derived when read (issue #11, observation 4) ----------------------
+
+@pytest.fixture
+def vera(client):
+    from dashboard.roles import VIEWER
+    from tests.factories import person
+
+    user = person("vera", VIEWER, password="correct horse battery")
+    client.force_login(user)
+    return user
+
+
+def collectors_answers(client):
+    from django.urls import reverse
+
+    api = client.get(reverse("api_collectors")).json()
+    healthz = client.get(reverse("healthz"))
+    metrics = client.get(reverse("metrics")).content.decode()
+    page = client.get(reverse("collectors")).content.decode()
+    return api, healthz, metrics, page
+
+
+def ago(seconds: float):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    return timezone.now() - timedelta(seconds=seconds)
+
+
+def beat_ran(at) -> None:
+    from dashboard import collector_health, services
+
+    services.source_health_record(source=collector_health.BEAT_SOURCE, label=collector_health.BEAT_LABEL,
+                                  started_at=at, duration_ms=0)
+
+
+def beat_sent(at) -> None:
+    import redis
+    from django.conf import settings
+
+    from dashboard.redis_keys import BEAT_SENT_KEY
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    if at is None:
+        client.delete(BEAT_SENT_KEY)
+    else:
+        client.set(BEAT_SENT_KEY, repr(at.timestamp()))
+
+
+def a_source(unique_name, tmp_path) -> str:
+    """A real (enabled) file store's source name: only sources still polled can go stale."""
+    from dashboard import services
+
+    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers="127.0.0.1:1")
+    store = services.store_get_or_create(name=unique_name("f"), kind="file", url=f"file://{tmp_path}", cluster=cluster)
+    return f"store:{store.pk}"
+
+
+@pytest.fixture
+def short_intervals(settings):
+    settings.POLL_INTERVAL_S = 2.0
+    settings.COLLECTOR_STALE_AFTER_S = 4.0  # two intervals
+    yield
+    beat_sent(None)
+
+
+def test_with_the_collectors_running_everything_reads_healthy(client, vera, short_intervals, unique_name, tmp_path):
+    from dashboard import services
+
+    source = a_source(unique_name, tmp_path)
+    beat_sent(ago(1))
+    beat_ran(ago(1))
+    services.source_health_record(source=source, label="store s", started_at=ago(1), duration_ms=20)
+    api, healthz, metrics, page = collectors_answers(client)
+    assert (api["healthy"], api["down"]) == (True, [])
+    assert [p["source"] for p in api["collectors"]] == ["collector:broker", "collector:beat", "collector:workers"]
+    assert all(p["up"] for p in api["collectors"])
+    assert api["sources"][0]["source"] == source and api["sources"][0]["state"] == "ok"
+    assert (healthz.status_code, healthz.json()) == (200, {"status": "ok"})
+    for part in ("broker", "beat", "workers"):
+        assert f'offsetwatch_collector_up{{part="{part}"}} 1' in metrics
+    assert "COLLECTORS DOWN" not in page
+
+
+def test_with_beat_stopped_no_source_reads_healthy_and_beat_is_named(client, vera, short_intervals, unique_name,
+                                                                    tmp_path):
+    """Nothing is written while beat is down: the last tick and the last poll, 30 s old with a
+    2 s interval, say it. The source's own row, whose last poll worked, is not healthy either."""
+    from dashboard import services
+
+    name = a_source(unique_name, tmp_path)
+    beat_sent(ago(30))
+    beat_ran(ago(30))
+    services.source_health_record(source=name, label="store s", started_at=ago(30), duration_ms=20)
+    api, healthz, metrics, page = collectors_answers(client)
+
+    assert api["healthy"] is False and api["down"] == ["beat"]
+    beat = next(p for p in api["collectors"] if p["source"] == "collector:beat")
+    assert beat["up"] is False and "no tick for 30 s" in beat["detail"] and beat["seconds_since_last_seen"] >= 30
+    source = api["sources"][0]
+    assert (source["healthy"], source["state"]) == (False, "stale")
+    assert source["problem"].startswith("not polled for 30 s: the collectors are not running")
+    assert healthz.status_code == 503
+    assert healthz.json()["failed"] == ["beat"] and "no tick for 30 s" in healthz.json()["beat"]
+    assert 'offsetwatch_collector_up{part="beat"} 0' in metrics
+    assert f'offsetwatch_source_up{{source="{name}",label="store s"}} 0' in metrics
+    assert "COLLECTORS DOWN" in page and "STALE" in page
+
+
+def test_with_no_worker_running_what_beat_sends_the_workers_are_named(client, vera, short_intervals):
+    beat_sent(ago(1))  # beat ticks ...
+    beat_ran(ago(30))  # ... but collect_all last ran 30 s ago
+    api, healthz, metrics, _ = collectors_answers(client)
+    assert api["down"] == ["workers"]
+    workers = next(p for p in api["collectors"] if p["source"] == "collector:workers")
+    assert "beat sends collect_all but no worker has run it for 30 s" in workers["detail"]
+    assert healthz.status_code == 503 and healthz.json()["failed"] == ["workers"]
+    assert 'offsetwatch_collector_up{part="workers"} 0' in metrics and 'offsetwatch_collector_up{part="beat"} 1' in metrics
+
+
+def test_a_failing_source_is_stale_only_after_its_backoff(client, vera, short_intervals, unique_name, tmp_path):
+    from dashboard import services
+
+    name = a_source(unique_name, tmp_path)
+    beat_sent(ago(1))
+    beat_ran(ago(1))
+    for _ in range(3):  # 3 failures: next poll 16 s after the last
+        services.source_health_record(source=name, label="s", started_at=ago(10), duration_ms=5, error="down")
+    source = collectors_answers(client)[0]["sources"][0]
+    assert (source["state"], source["last_error_by"]) == ("failing", "source")
+    services.source_health_record(source=name, label="s", started_at=ago(60), duration_ms=5, error="down")
+    source = collectors_answers(client)[0]["sources"][0]
+    assert source["state"] == "stale" and "the last poll failed: down" in source["problem"]
+
+
+def test_a_disabled_store_is_idle_not_stale(client, vera, short_intervals, stack, unique_name, tmp_path):
+    from dashboard import services
+
+    beat_sent(ago(1))
+    beat_ran(ago(1))
+    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store = services.store_get_or_create(name=unique_name("f"), kind="file", url=f"file://{tmp_path}", cluster=cluster)
+    services.source_health_record(source=f"cluster:{cluster.pk}", label="c", started_at=ago(1), duration_ms=5)
+    services.source_health_record(source=f"store:{store.pk}", label="f", started_at=ago(60), duration_ms=5)
+    store.enabled = False
+    store.save()
+    api = collectors_answers(client)[0]
+    assert api["healthy"] is True
+    assert {s["source"]: s["state"] for s in api["sources"]} == {f"store:{store.pk}": "idle", f"cluster:{cluster.pk}": "ok"}

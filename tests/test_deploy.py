@@ -331,13 +331,13 @@ def closed_port() -> int:
 
 
 @pytest.mark.django_db
-def test_healthz_ok_with_database_and_redis(client):
+def test_healthz_ok_with_database_and_redis(client, collectors_ticking):
     response = client.get("/healthz")
     assert (response.status_code, response.json()) == (200, {"status": "ok"})
 
 
 @pytest.mark.django_db
-def test_healthz_names_redis_when_it_is_unreachable(client, settings):
+def test_healthz_names_redis_when_it_is_unreachable(client, settings, collectors_ticking):
     settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
     response = client.get("/healthz")
     assert response.status_code == 503

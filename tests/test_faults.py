@@ -129,3 +129,32 @@ def test_tasks_keep_polling_while_redis_is_down(private, unique_name, settings):
     assert health(f"store:{stores['hbase'].pk}").consecutive_failures == 0
     tasks.poll_store(stores["zookeeper"].pk)  # and with Redis back, with the lock again
     assert Batch.objects.filter(pipeline__store=stores["zookeeper"], pipeline__topic=topic).count() == 1
+
+
+def test_with_redis_stopped_the_broker_is_named_down(private, client, settings, collectors_ticking):
+    """Issue #11, observation 4: with Redis (the broker) gone no poll runs, yet
+    /api/v1/collectors said every source was healthy. The private Redis is stopped here."""
+    from django.urls import reverse
+
+    from dashboard.roles import VIEWER
+    from tests.factories import person
+
+    stack, comps = private
+    settings.REDIS_URL = f"redis://{LOOPBACK}:{stack.ports.redis}/0"
+    client.force_login(person("vera", VIEWER, password="correct horse battery"))
+    services.source_health_record(source="store:904", label="store s", started_at=collectors_ticking.last_success_at,
+                                  duration_ms=5)
+    assert client.get(reverse("api_collectors")).json()["healthy"] is True
+    stack.stop_component("redis", timeout_s=5)
+    try:
+        api = client.get(reverse("api_collectors")).json()
+        healthz = client.get(reverse("healthz"))
+        metrics = client.get(reverse("metrics")).content.decode()
+    finally:
+        restart(stack, comps["redis"])
+    assert api["healthy"] is False and api["down"] == ["broker"]
+    broker = api["collectors"][0]
+    assert broker["source"] == "collector:broker" and "Redis does not answer: ConnectionError" in broker["detail"]
+    assert healthz.status_code == 503
+    assert healthz.json()["failed"] == ["redis"] and "ConnectionError" in healthz.json()["redis"]
+    assert 'offsetwatch_collector_up{part="broker"} 0' in metrics

@@ -27,7 +27,7 @@ def cells(html: str, table_id: str) -> list[list[str]]:
     return [re.findall(r"<td[^>]*>\s*(.*?)\s*</td>", row, re.S) for row in re.findall(r"<tr.*?</tr>", body, re.S)]
 
 
-def test_login_is_required_except_for_health(client):
+def test_login_is_required_except_for_health(client, collectors_ticking):
     assert client.get(reverse("overview")).status_code == 302
     assert client.get(reverse("healthz")).json() == {"status": "ok"}
 

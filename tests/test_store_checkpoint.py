@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from streamoffsets.checkpoint import CheckpointStore
-from streamoffsets.errors import MalformedRecord, ReadOnlyStore
+from streamoffsets.errors import MalformedRecord, ReadOnlyStore, StoreUnreachable
 from streamoffsets.store import OffsetStore, open_store
 from streamoffsets.types import BatchOffsets, PipelineKey
 
@@ -102,8 +102,9 @@ def test_unknown_pipelines_have_nothing(ckpt, tmp_path):
     assert CheckpointStore(tmp_path / "fresh").load_latest("orders", "fresh") is None  # nothing committed yet
     missing = CheckpointStore(tmp_path / "nowhere")
     assert missing.load_latest("orders", "nowhere") is None
-    found, problems = missing.list_pipelines()
-    assert found == [] and "does not exist" in problems[0].problem
+    # Listing a path that is not there fails: an empty success would read as a healthy store.
+    with pytest.raises(StoreUnreachable, match="does not exist"):
+        missing.list_pipelines()
 
 
 def test_group_names_that_are_paths_are_refused(ckpt):

@@ -76,3 +76,13 @@ def test_unreachable_cluster_is_a_typed_error():
     dead = KafkaGroupOffsetStore(f"127.0.0.1:{free_port()}", timeout_s=1.0)
     with pytest.raises(StoreUnreachable, match="kafka://127.0.0.1"):
         dead.load_latest("orders", "billing")
+
+
+def test_a_down_broker_is_a_failing_read_not_a_store_without_groups():
+    """Issue #11, observation 4: ListConsumerGroups reports an unreachable broker in `errors`
+    and no exception; the snapshot a collector takes was then a success with zero groups."""
+    dead = KafkaGroupOffsetStore(f"127.0.0.1:{free_port()}", timeout_s=1.0)
+    with pytest.raises(StoreUnreachable, match="cannot list consumer groups"):
+        dead.snapshot()
+    with pytest.raises(StoreUnreachable, match="kafka://127.0.0.1"):
+        dead.list_pipelines()

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from streamoffsets.errors import MalformedRecord
+from streamoffsets.errors import MalformedRecord, StoreUnreachable
 from streamoffsets.offsetfile import OffsetFileStore, format_file
 from streamoffsets.store import OffsetStore, open_store
 from streamoffsets.types import BatchOffsets, PipelineKey
@@ -162,9 +162,10 @@ def test_list_pipelines_walks_root_group_topic_and_reports_unaddressable_directo
     assert "not a percent-encoded name" in problems[0].problem
 
 
-def test_list_pipelines_reports_a_missing_root(store):
-    found, problems = store.list_pipelines()
-    assert found == [] and "does not exist" in problems[0].problem
+def test_list_pipelines_fails_on_a_missing_root(store):
+    """An unmounted share or a mistyped root is a failing read, never an empty success."""
+    with pytest.raises(StoreUnreachable, match="root directory does not exist"):
+        store.list_pipelines()
 
 
 MALFORMED = [

@@ -1,0 +1,5 @@
+"""The Redis keys the collectors write and the dashboard reads (no imports: beat loads it too)."""
+
+POLL_LOCK_PREFIX = "offsetwatch:poll:"  # + source: held while a poll of the source runs
+QUEUED_PREFIX = "offsetwatch:queued:"  # + source: a poll of the source waits in the queue
+BEAT_SENT_KEY = "offsetwatch:heartbeat:beat-sent"  # unix time beat last sent collect_all
