@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('dashboard', '0013_rewind_requests'),
+        ('dashboard', '0014_store_discovered_at'),
     ]
 
     operations = [
