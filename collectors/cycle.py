@@ -78,13 +78,13 @@ def _polling(source: str, label: str):
     )
 
 
-def poll_store(store_id: int) -> int:
+def poll_store(store_id: int, timeout_s: float | None = None) -> int:
     """Read one store's new batches. Returns batches added; a failure raises SourceFailed."""
     store = Store.objects.select_related("cluster").get(pk=store_id)
     with _polling(f"store:{store.pk}", f"store {store.name} ({store.url})"):
         plan = selectors.store_read_plan(store=store, now=timezone.now())
         reading = read_store(
-            store.url, plan, timeout_s=settings.IO_TIMEOUT_S,
+            store.url, plan, timeout_s=timeout_s or settings.IO_TIMEOUT_S,
             kafka_config=selectors.kafka_client_config(cluster_name=store.cluster.name),
         )
         added = services.store_reading_record(store=store, reading=reading, now_ms=plan.now_ms)
@@ -93,17 +93,18 @@ def poll_store(store_id: int) -> int:
     return added
 
 
-def poll_cluster(cluster_id: int) -> int:
+def poll_cluster(cluster_id: int, timeout_s: float | None = None) -> int:
     """Sample the watermarks of every topic tracked on a cluster and record lag. Returns lag samples."""
     cluster = Cluster.objects.get(pk=cluster_id)
     with _polling(f"cluster:{cluster.pk}", f"cluster {cluster.name} ({cluster.bootstrap_servers})") as outcome:
         topics = selectors.cluster_topics(cluster=cluster)
-        result = read_watermarks(cluster.bootstrap_servers, topics, timeout_s=settings.IO_TIMEOUT_S,
+        timeout_s = timeout_s or settings.IO_TIMEOUT_S
+        result = read_watermarks(cluster.bootstrap_servers, topics, timeout_s=timeout_s,
                                  chunk_size=settings.KAFKA_LIST_OFFSETS_CHUNK,
                                  config=selectors.kafka_client_config(cluster_name=cluster.name))
         warnings = [f"topic {t!r}: {why}" for t, why in sorted(result.missing.items())]
         topics_of, committed = selectors.cluster_committed(cluster=cluster, topics=list(result.by_topic))
-        record_times, problem = _record_times(cluster, result, topics_of, committed)
+        record_times, problem = _record_times(cluster, result, topics_of, committed, timeout_s)
         if problem:
             warnings.append(problem)
         outcome.warning = "; ".join(warnings) or None
@@ -112,7 +113,8 @@ def poll_cluster(cluster_id: int) -> int:
 
 
 def _record_times(
-    cluster: Cluster, result, topics_of: dict[int, str], committed: dict[int, selectors.Committed]
+    cluster: Cluster, result, topics_of: dict[int, str], committed: dict[int, selectors.Committed],
+    timeout_s: float,
 ) -> tuple[dict[tuple[str, int, int], int], str | None]:
     """Timestamps of the records at the most lagging committed offsets (exact lag in seconds).
     Read after the watermarks and outside any transaction; a failure here is a warning, the
@@ -124,7 +126,7 @@ def _record_times(
     if not positions:
         return {}, None
     try:
-        times = read_record_timestamps(cluster.bootstrap_servers, positions, timeout_s=settings.IO_TIMEOUT_S,
+        times = read_record_timestamps(cluster.bootstrap_servers, positions, timeout_s=timeout_s,
                                        config=selectors.kafka_client_config(cluster_name=cluster.name))
     except OffsetStoreError as exc:
         return {}, f"record timestamps not read ({exc}); lag in seconds interpolated"

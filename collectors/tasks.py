@@ -24,14 +24,14 @@ def collect_all() -> None:
     fanout.cycle_fan_out(now=timezone.now(), enqueue=_enqueue)
 
 
-def _enqueue(source: str) -> None:
+def _enqueue(source: str, probe: bool = False) -> None:
     kind, pk = source.split(":", 1)
     task = poll_store if kind == "store" else poll_cluster
     # Expires with its queued mark: a poll still waiting then is dropped and its source sent afresh.
-    task.apply_async((int(pk),), expires=settings.POLL_QUEUED_TTL_S)
+    task.apply_async((int(pk),), {"probe": True} if probe else {}, expires=settings.POLL_QUEUED_TTL_S)
 
 
-def _poll_alone(source: str, poll, pk: int) -> None:
+def _poll_alone(source: str, poll, pk: int, probe: bool = False) -> None:
     """Run one source's poll unless another poll of it is still running."""
     with source_lock(source) as acquired:
         queued_clear(source)  # taken off the queue: collect_all may send it again after this poll
@@ -39,19 +39,19 @@ def _poll_alone(source: str, poll, pk: int) -> None:
             log.info("%s: previous poll still running, skipped", source)
             return
         try:
-            poll(pk)
+            poll(pk, timeout_s=settings.POLL_PROBE_TIMEOUT_S if probe else settings.IO_TIMEOUT_S)
         except cycle.SourceFailed:
             pass  # recorded in SourceHealth; the next cycle retries (after its backoff)
 
 
 @shared_task(name="collectors.tasks.poll_store", ignore_result=True, soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
-def poll_store(store_id: int) -> None:
-    _poll_alone(f"store:{store_id}", cycle.poll_store, store_id)
+def poll_store(store_id: int, probe: bool = False) -> None:
+    _poll_alone(f"store:{store_id}", cycle.poll_store, store_id, probe)
 
 
 @shared_task(name="collectors.tasks.poll_cluster", ignore_result=True, soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
-def poll_cluster(cluster_id: int) -> None:
-    _poll_alone(f"cluster:{cluster_id}", cycle.poll_cluster, cluster_id)
+def poll_cluster(cluster_id: int, probe: bool = False) -> None:
+    _poll_alone(f"cluster:{cluster_id}", cycle.poll_cluster, cluster_id, probe)
 
 
 @shared_task(name="collectors.tasks.expire_rewinds", ignore_result=True, soft_time_limit=60, time_limit=90)

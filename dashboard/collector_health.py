@@ -33,13 +33,6 @@ BEAT_LABEL = "beat: collect_all (ran on a worker)"
 QUEUES = ("collect", "default")
 
 
-def backoff_s(failures: int) -> float:
-    """How long after a failed poll its source waits: interval x 2^failures, capped."""
-    if failures <= 0:
-        return 0.0
-    return min(settings.POLL_INTERVAL_S * 2 ** min(failures, 32), settings.POLL_BACKOFF_MAX_S)
-
-
 def poll_ended_at(health: SourceHealth) -> datetime | None:
     if health.last_attempt_at is None:
         return None
@@ -52,14 +45,28 @@ def sources_polled() -> list[str]:
     return sources + [f"cluster:{pk}" for pk in Cluster.objects.order_by("pk").values_list("pk", flat=True)]
 
 
+def full_attempt_due(failures: int) -> bool:
+    """Whether a source with this many consecutive failures gets a poll with the full I/O timeout
+    this cycle. Those back off: at failure counts 0-2, then 4, 8, 16, ... (about interval x 2^k
+    apart), then every POLL_BACKOFF_MAX_S. The cycles between poll it with POLL_PROBE_TIMEOUT_S
+    only, so a server that is back is seen within one interval while a dead or frozen one holds
+    a worker process briefly and the other sources keep their cadence."""
+    if failures <= 2:
+        return True
+    cap_cycles = max(1, round(settings.POLL_BACKOFF_MAX_S / settings.POLL_INTERVAL_S))
+    if failures < cap_cycles:
+        return failures & (failures - 1) == 0
+    return failures % cap_cycles == 0
+
+
 def sources_due(*, now: datetime) -> tuple[list[str], list[str]]:
-    """(due, backing off): every enabled store and every cluster, split by whether it may be
-    enqueued this cycle; a failing one waits its backoff from the end of its last poll."""
+    """(full, probe): every enabled store and every cluster, split by the timeout its poll gets
+    this cycle (full_attempt_due)."""
     sources = sources_polled()
-    failing = SourceHealth.objects.filter(source__in=sources, consecutive_failures__gt=0)
-    waiting = {h.source for h in failing
-               if (ended := poll_ended_at(h)) and now < ended + timedelta(seconds=backoff_s(h.consecutive_failures))}
-    return [s for s in sources if s not in waiting], [s for s in sources if s in waiting]
+    failures = dict(SourceHealth.objects.filter(source__in=sources, consecutive_failures__gt=0)
+                    .values_list("source", "consecutive_failures"))
+    probe = {s for s, f in failures.items() if not full_attempt_due(f)}
+    return [s for s in sources if s not in probe], [s for s in sources if s in probe]
 
 
 def _age_s(now: datetime, then: datetime | None) -> float | None:
@@ -71,7 +78,7 @@ def source_state(health: SourceHealth, *, now: datetime, polled: bool = True) ->
     store disabled or removed, `polled` False, unless its last poll failed), `healthy`,
     `poll_age_s` (seconds since its last poll ended) and `problem` (why it is not ok, in words)."""
     age = _age_s(now, poll_ended_at(health))
-    allowed = settings.COLLECTOR_STALE_AFTER_S + backoff_s(health.consecutive_failures)
+    allowed = settings.COLLECTOR_STALE_AFTER_S  # failing sources too are polled every cycle (probes)
     health.poll_age_s = age
     health.error_by_collector = health.consecutive_failures > 0 and health.last_error_by == "collector"
     if not polled and not health.consecutive_failures:

@@ -267,10 +267,14 @@ POLL_LOCK_TTL_S = env_float("OFFSETWATCH_POLL_LOCK_TTL", max(3 * IO_TIMEOUT_S, 3
 # A source already queued is not enqueued again until its poll starts or this many seconds pass
 # (a queued poll older than this expires unrun: its source is enqueued afresh).
 POLL_QUEUED_TTL_S = env_float("OFFSETWATCH_POLL_QUEUED_TTL", max(3 * POLL_INTERVAL_S, 30.0))
-# A failing source is polled every interval x 2^failures, at most this often apart (seconds).
+# A failing source's polls with the full I/O timeout back off (interval x 2^k apart), at most
+# this many seconds apart.
 POLL_BACKOFF_MAX_S = env_float("OFFSETWATCH_POLL_BACKOFF_MAX", 60.0)
+# A failing source is polled every cycle, but between its backed-off full attempts with this
+# short I/O timeout (a probe): it holds a worker briefly and is seen back within one interval.
+POLL_PROBE_TIMEOUT_S = env_float("OFFSETWATCH_POLL_PROBE_TIMEOUT", min(1.0, IO_TIMEOUT_S))
 # The collectors (beat, workers) and a source count as down after this many seconds without a
-# tick or a poll (a failing source: after its backoff plus this).
+# tick or a poll.
 COLLECTOR_STALE_AFTER_S = env_float("OFFSETWATCH_COLLECTOR_STALE_AFTER", 2 * POLL_INTERVAL_S)
 # librdkafka settings per cluster name (security.protocol, sasl.*, ssl.*): used for the cluster's
 # watermarks and for Kafka group-offset stores on it. Secrets stay out of the database; use

@@ -123,8 +123,9 @@ def test_collect_all_does_not_enqueue_a_source_already_queued_or_running(empty_q
 @pytest.mark.django_db(transaction=True)
 def test_a_failing_source_backs_off_while_a_healthy_one_keeps_its_cadence(stack, empty_queues, unique_name,
                                                                           tmp_path, settings):
-    """Issue #11, observation 5: an unreachable source is polled every interval x 2^failures
-    (capped) while the healthy ones are sent every cycle; a real worker runs the polls."""
+    """Issue #11, observation 5: an unreachable source's full-timeout polls back off (failure
+    counts 0-2, 4, 8, ...) and the cycles between poll it as a probe with the short timeout, while
+    the healthy ones are sent every cycle; a real worker runs the polls."""
     from celery.signals import before_task_publish
 
     from dashboard import services
@@ -136,11 +137,11 @@ def test_a_failing_source_backs_off_while_a_healthy_one_keeps_its_cadence(stack,
     good = file_store(unique_name, cluster, tmp_path / "good")
     bad = file_store(unique_name, cluster, tmp_path / "unmounted")  # fails at once: no root
 
-    sent: list[str] = []
+    sent: list[tuple[str, bool]] = []
 
     def count(sender=None, body=None, **kwargs):
         if sender == "collectors.tasks.poll_store":
-            sent.append(f"store:{body[0][0]}")
+            sent.append((f"store:{body[0][0]}", bool(body[1].get("probe"))))
     before_task_publish.connect(count)
     cycles = 8
     try:
@@ -153,18 +154,18 @@ def test_a_failing_source_backs_off_while_a_healthy_one_keeps_its_cadence(stack,
                 assert wait_for(lambda: not broker().keys("offsetwatch:queued:store:*"), timeout_s=0.9)
     finally:
         before_task_publish.disconnect(count)
-    assert sent.count(f"store:{good.pk}") == cycles
-    # Failures 1, 2, 3: waits of 2, 4, 8 s after each poll: sent at about 0, 2-3 and 6-7 s.
-    assert 2 <= sent.count(f"store:{bad.pk}") <= 3, sent
-    assert SourceHealth.objects.get(source=f"store:{bad.pk}").consecutive_failures == sent.count(f"store:{bad.pk}")
+    assert sent.count((f"store:{good.pk}", False)) == cycles
+    # Failures 0, 1, 2 and 4 get the full timeout; failures 3, 5, 6, 7 a probe.
+    assert [probe for source, probe in sent if source == f"store:{bad.pk}"] == [
+        False, False, False, True, False, True, True, True]
+    assert SourceHealth.objects.get(source=f"store:{bad.pk}").consecutive_failures == cycles
 
 
-def test_backoff_doubles_per_failure_up_to_the_cap(settings):
-    from dashboard.collector_health import backoff_s
+def test_full_timeout_attempts_back_off_up_to_the_cap(settings):
+    from dashboard.collector_health import full_attempt_due
 
-    settings.POLL_INTERVAL_S, settings.POLL_BACKOFF_MAX_S = 2.0, 60.0
-    assert [backoff_s(n) for n in range(7)] == [0, 4, 8, 16, 32, 60, 60]
-    assert backoff_s(10_000) == 60
+    settings.POLL_INTERVAL_S, settings.POLL_BACKOFF_MAX_S = 2.0, 60.0  # the cap: every 30 cycles
+    assert [f for f in range(100) if full_attempt_due(f)] == [0, 1, 2, 4, 8, 16, 30, 60, 90]
 
 
 LOCK_HOLDER = """
@@ -174,7 +175,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 django.setup()
 from collectors import tasks
 
-def poll(pk):
+def poll(pk, timeout_s=None):
     print("polling", flush=True)
     time.sleep(120)
 
@@ -224,7 +225,7 @@ def test_the_lock_is_renewed_while_a_poll_outlasts_its_ttl(settings, unique_name
     source = f"store:{unique_name('slow')}"
     seen = []
 
-    def slow_poll(pk):
+    def slow_poll(pk, timeout_s=None):
         for _ in range(6):  # 3 s: three TTLs
             time.sleep(0.5)
             with source_lock(source, ttl_s=30) as other:

@@ -303,14 +303,17 @@ def test_with_no_worker_running_what_beat_sends_the_workers_are_named(client, ve
     assert 'offsetwatch_collector_up{part="workers"} 0' in metrics and 'offsetwatch_collector_up{part="beat"} 1' in metrics
 
 
-def test_a_failing_source_is_stale_only_after_its_backoff(client, vera, short_intervals, unique_name, tmp_path):
+def test_a_failing_source_is_failing_while_polled_and_stale_when_not(client, vera, short_intervals, unique_name,
+                                                                      tmp_path):
+    """A failing source is polled every cycle (probes between its backed-off full attempts), so
+    a failing source not polled for longer than the stale limit is stale too."""
     from dashboard import services
 
     name = a_source(unique_name, tmp_path)
     beat_sent(ago(1))
     beat_ran(ago(1))
-    for _ in range(3):  # 3 failures: next poll 16 s after the last
-        services.source_health_record(source=name, label="s", started_at=ago(10), duration_ms=5, error="down")
+    for _ in range(3):
+        services.source_health_record(source=name, label="s", started_at=ago(1), duration_ms=5, error="down")
     source = collectors_answers(client)[0]["sources"][0]
     assert (source["state"], source["last_error_by"]) == ("failing", "source")
     services.source_health_record(source=name, label="s", started_at=ago(60), duration_ms=5, error="down")
