@@ -165,3 +165,137 @@ def test_a_rewind_whose_applied_report_is_lost_is_verified_from_its_marker(repla
     applied = AuditEvent.objects.get(action="rewind.applied")
     assert applied.actor == "system" and "never arrived" in applied.details["note"]
     assert audit_verify().ok
+
+
+# --- the lease through the jobs' API (Django's test client; the same services and views) ------------
+
+
+@pytest.fixture
+def claimed(unique_name):
+    """Payments: batches {10, 10} then {30, 20} then {60, 50}; a rewind to the second one, approved;
+    the job's API client (the pipeline's token); `claim(instance)` posts a claim."""
+    from django.test import Client
+
+    p = offline_pipeline(unique_name, partitions={0: (5, 100), 1: (0, 80)},
+                         batches=[(T0, {0: 10, 1: 10}), (T0 + 10_000, {0: 30, 1: 20}), (T0 + 20_000, {0: 60, 1: 50})])
+    olga, amir = person("olga", OPERATOR), person("amir", APPROVER)
+    r = rewind_request(pipeline=p, user=olga, kind="batch", spec={"batch_time_ms": T0 + 10_000}, reason="bad deploy")
+    r = rewind_decide(rewind=r, user=amir, approve=True)
+    job = Client(HTTP_AUTHORIZATION=f"Bearer {services.pipeline_token_issue(pipeline=p, name='job')[1]}")
+
+    def post(action, instance, **body):
+        return job.post(f"/api/v1/rewinds/{r.pk}/{action}", {"instance": instance, **body},
+                        content_type="application/json")
+
+    return {"pipeline": p, "rewind": r, "job": job, "post": post, "olga": olga, "amir": amir}
+
+
+def lease_runs_out(rewind_id: int, lease_s: float) -> None:
+    RewindRequest.objects.filter(pk=rewind_id).update(claimed_at=timezone.now() - timedelta(seconds=lease_s + 1))
+
+
+def test_a_claim_is_idempotent_for_its_instance_and_exclusive_within_its_lease(claimed, settings):
+    r, post, job = claimed["rewind"], claimed["post"], claimed["job"]
+    first = post("claim", "host-a:1")
+    assert first.status_code == 200 and first.json()["rewind"]["claimed_by"] == "host-a:1"
+    # 1. The same instance again (its first answer was lost): 200, the same claim, no new event.
+    again = post("claim", "host-a:1")
+    assert again.status_code == 200 and again.json()["rewind"]["claimed_at"] == first.json()["rewind"]["claimed_at"]
+    assert events(r.pk).count("rewind.claimed") == 1
+    # 2. Another instance within the lease: 409 naming the holder and the lease's end.
+    other = post("claim", "host-b:2")
+    assert other.status_code == 409
+    assert "host-a:1 claimed it at" in other.json()["error"] and "its lease runs until" in other.json()["error"]
+    # 3. Pending says who holds it and that a claim would not win now.
+    held = job.get("/api/v1/rewinds/pending").json()["rewind"]
+    assert (held["id"], held["status"], held["claimed_by"], held["claimable"]) == (r.pk, "claimed", "host-a:1", False)
+    assert held["claim_lease_expires_at"] > held["claimed_at"]
+
+
+def test_a_claim_is_taken_over_after_its_lease_audited_and_the_old_holder_is_refused(claimed, settings):
+    r, post, job = claimed["rewind"], claimed["post"], claimed["job"]
+    post("claim", "host-a:1")
+    lease_runs_out(r.pk, settings.REWIND_CLAIM_LEASE_S)
+    old_at = RewindRequest.objects.get(pk=r.pk).claimed_at
+    assert job.get("/api/v1/rewinds/pending").json()["rewind"]["claimable"] is True
+    took = post("claim", "host-b:2")
+    assert took.status_code == 200 and took.json()["rewind"]["claimed_by"] == "host-b:2"
+    event = AuditEvent.objects.get(action="rewind.claim_taken_over")
+    assert event.actor == "job host-b:2" and event.details["previous_claimed_by"] == "host-a:1"
+    assert event.details["previous_claimed_at"] == old_at.isoformat(timespec="seconds")
+    # The old holder wakes up: its report and a new claim are refused (host-b:2's lease runs).
+    late = post("applied", "host-a:1", offsets={"0": 30, "1": 20}, marker_batch_ms=T0 + 60_000)
+    assert late.status_code == 409 and "not claimed by 'host-a:1'" in late.json()["error"]
+    assert post("claim", "host-a:1").status_code == 409
+    assert post("applied", "host-b:2", offsets={"0": 30, "1": 20}, marker_batch_ms=T0 + 60_000).status_code == 200
+    assert events(r.pk) == ["rewind.requested", "rewind.approved", "rewind.claimed", "rewind.claim_taken_over",
+                            "rewind.applied"]
+    assert audit_verify().ok
+
+
+def test_a_stuck_claim_is_cancelled_by_an_approver_once_its_lease_ran_out(claimed, settings):
+    from dashboard.rewinds import RewindRefused, rewind_cancel
+
+    r, post, job = claimed["rewind"], claimed["post"], claimed["job"]
+    post("claim", "host-a:1")
+    with pytest.raises(RewindRefused, match="its lease runs until") as within:
+        rewind_cancel(rewind=r, user=claimed["amir"])
+    assert within.value.status == 409
+    lease_runs_out(r.pk, settings.REWIND_CLAIM_LEASE_S)
+    with pytest.raises(RewindRefused, match="only be cancelled by an approver") as requester:
+        rewind_cancel(rewind=r, user=claimed["olga"])  # the requester, an operator only
+    assert requester.value.status == 403
+    r = rewind_cancel(rewind=r, user=claimed["amir"])
+    assert r.status == "cancelled" and "while claimed by host-a:1" in r.outcome
+    event = AuditEvent.objects.get(action="rewind.cancelled")
+    assert event.actor == "amir" and event.details["was"] == "claimed" and event.details["claimed_by"] == "host-a:1"
+    assert job.get("/api/v1/rewinds/pending").json()["rewind"] is None
+    assert post("applied", "host-a:1", offsets={"0": 30, "1": 20}).status_code == 409
+    assert audit_verify().ok
+
+
+def record(pipeline, ms, offsets):
+    from collectors.readers import StoreReading
+    from streamoffsets.types import PipelineKey
+
+    key = PipelineKey(pipeline.topic, pipeline.group)
+    services.store_reading_record(store=pipeline.store, reading=StoreReading(
+        pipelines=[key], batches={key: [BatchOffsets(pipeline.topic, pipeline.group, ms, offsets)]}))
+
+
+def test_only_the_exact_target_after_the_claim_counts_as_the_marker(claimed):
+    from dashboard.rewinds import rewinds_verify
+
+    p, r, post = claimed["pipeline"], claimed["rewind"], claimed["post"]
+    post("claim", "host-a:1")
+    now_ms = int(time.time() * 1000)
+    # 1. The batch the target was taken from is older than the claim: not a marker.
+    assert rewinds_verify(pipeline_ids=[p.pk]) == 0
+    # 2. A batch after the claim that merely continues (the job started from its stored offsets).
+    record(p, now_ms + 1_000, {0: 61, 1: 52})
+    assert rewinds_verify(pipeline_ids=[p.pk]) == 0
+    assert RewindRequest.objects.get(pk=r.pk).status == "claimed"
+    # 3. Exactly the target after the claim: the marker; applied and verified, saying the report never came.
+    record(p, now_ms + 2_000, {0: 30, 1: 20})
+    assert rewinds_verify(pipeline_ids=[p.pk]) == 1
+    r.refresh_from_db()
+    assert r.status == "verified" and r.marker_batch_ms == now_ms + 2_000 and "`applied` report never arrived" in r.outcome
+    # 4. The report arrives late after all: accepted (200) as what is recorded, nothing changes.
+    late = post("applied", "host-a:1", offsets={"0": 30, "1": 20}, marker_batch_ms=now_ms + 2_000)
+    assert late.status_code == 200 and late.json()["rewind"]["status"] == "verified"
+    assert events(r.pk) == ["rewind.requested", "rewind.approved", "rewind.claimed", "rewind.applied",
+                            "rewind.verified"]
+    assert audit_verify().ok
+
+
+def test_a_next_start_does_not_take_over_a_claim_whose_marker_is_in_the_store(claimed, settings):
+    """The holder applied it and lost only its report; the collectors recorded the marker but have
+    not settled it yet when the lease runs out: the next start is told nothing is pending."""
+    p, r, post, job = claimed["pipeline"], claimed["rewind"], claimed["post"], claimed["job"]
+    post("claim", "host-a:1")
+    record(p, int(time.time() * 1000) + 1_000, {0: 30, 1: 20})
+    lease_runs_out(r.pk, settings.REWIND_CLAIM_LEASE_S)
+    assert job.get("/api/v1/rewinds/pending").json()["rewind"] is None
+    assert RewindRequest.objects.get(pk=r.pk).status == "verified"
+    refused = post("claim", "host-b:2")
+    assert refused.status_code == 409 and "it is verified (applied by host-a:1)" in refused.json()["error"]
