@@ -427,15 +427,20 @@ def rewind_json(rewind) -> dict:
         "status": rewind.status, "mode": rewind.mode, "target_kind": rewind.target_kind,
         "target_offsets": rewind.target_offsets, "before_offsets": rewind.before_offsets, "reason": rewind.reason,
         "expires_at": iso(rewind.expires_at), "claimed_by": rewind.claimed_by or None,
+        "claimed_at": iso(rewind.claimed_at), "claim_lease_expires_at": iso(rewinds.claim_lease_expires_at(rewind)),
         "applied_offsets": rewind.applied_offsets, "outcome": rewind.outcome or None,
     }
 
 
 @job_view("GET")
 def api_rewind_pending(request, pipeline, payload):
-    """The approved rewind the job should apply when it starts, or null."""
+    """The rewind a starting job must not start past, or null: approved, or claimed (`claimed_by`,
+    `claim_lease_expires_at`); `claimable` says whether the job's claim would win now (a claim
+    whose lease ran out is taken over)."""
     rewind = rewinds.rewind_for_job(pipeline=pipeline)
-    return JsonResponse({"rewind": rewind_json(rewind) if rewind else None})
+    if rewind is None:
+        return JsonResponse({"rewind": None})
+    return JsonResponse({"rewind": {**rewind_json(rewind), "claimable": rewinds.rewind_claimable(rewind=rewind)}})
 
 
 def _remote(request) -> str:

@@ -4,6 +4,11 @@ restart; or the dashboard writes the target into the store) -> verified from the
 State lives in RewindRequest; every transition is a conditional UPDATE (so two approvers or two
 job instances cannot both win) and appends an audit event in the same transaction. Targets and
 previews are the pure rules of streamoffsets.rewind.
+
+A job's claim is a lease (REWIND_CLAIM_LEASE_S): the same instance claiming again gets its claim
+back; a claim not followed by `applied` within the lease may be taken over by the pipeline's next
+start, or cancelled by an approver. A claimed rewind whose marker batch (exactly the target,
+after the claim) reaches the store is applied and verified from it even if `applied` never came.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from datetime import timezone as dt_timezone
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from dashboard import notify, selectors
@@ -192,10 +198,14 @@ def rewind_decide(
 
 
 def rewind_cancel(*, rewind: RewindRequest, user, remote_addr: str = "") -> RewindRequest:
-    """The requester or an approver may cancel before a job claims it."""
+    """The requester or an approver may cancel before a job claims it; an approver may also cancel
+    a claim whose lease ran out with no `applied` report (a stuck claim)."""
     if rewind.requested_by_id != user.pk and not user_has_role(user, APPROVER):
         raise RewindRefused("only the requester or an approver may cancel a rewind", 403)
     now = timezone.now()
+    current = RewindRequest.objects.filter(pk=rewind.pk).values_list("status", flat=True).first()
+    if current == Status.CLAIMED:
+        return _cancel_stuck_claim(rewind=rewind, user=user, now=now, remote_addr=remote_addr)
     with transaction.atomic():
         if not RewindRequest.objects.filter(pk=rewind.pk, status__in=[Status.REQUESTED, Status.APPROVED]).update(
                 status=Status.CANCELLED, finished_at=now):
@@ -203,6 +213,28 @@ def rewind_cancel(*, rewind: RewindRequest, user, remote_addr: str = "") -> Rewi
             raise RewindRefused(f"rewind #{rewind.pk} is {rewind.status}: it can no longer be cancelled", 409)
         rewind.refresh_from_db()
         _audit(rewind, "rewind.cancelled", actor=user.username, actor_user_id=user.pk, remote_addr=remote_addr)
+    return rewind
+
+
+def _cancel_stuck_claim(*, rewind: RewindRequest, user, now: datetime, remote_addr: str) -> RewindRequest:
+    if not user_has_role(user, APPROVER):
+        raise RewindRefused("a claimed rewind can only be cancelled by an approver (once its claim's lease ran out)", 403)
+    rewind.refresh_from_db()
+    holder, at = rewind.claimed_by, rewind.claimed_at
+    with transaction.atomic():
+        if not RewindRequest.objects.filter(pk=rewind.pk, status=Status.CLAIMED, claimed_by=holder, claimed_at=at,
+                                            claimed_at__lte=lease_limit(now)).update(
+                status=Status.CANCELLED, finished_at=now,
+                outcome=f"cancelled by {user.username} while claimed by {holder} since {_iso(at)} with no `applied` "
+                        "report: if that job did apply it, the store holds the target"):
+            rewind.refresh_from_db()
+            if rewind.status == Status.CLAIMED and rewind.claimed_at > lease_limit(now):
+                raise RewindRefused(f"rewind #{rewind.pk} is claimed by {rewind.claimed_by} and its lease runs until "
+                                    f"{_iso(claim_lease_expires_at(rewind))}: it can be cancelled after that", 409)
+            raise RewindRefused(f"rewind #{rewind.pk} is {rewind.status}: it can no longer be cancelled", 409)
+        rewind.refresh_from_db()
+        _audit(rewind, "rewind.cancelled", actor=user.username, actor_user_id=user.pk, remote_addr=remote_addr,
+               details={"was": Status.CLAIMED, "claimed_by": holder, "claimed_at": _iso(at)})
     return rewind
 
 
@@ -219,11 +251,15 @@ def rewinds_expire(*, now: datetime | None = None) -> int:
                 rewind.refresh_from_db()
                 _audit(rewind, "rewind.expired", actor="system", details={"was": was})
                 expired += 1
-    # Claimed, but the job never said it applied it (it died between the claim and its start).
+    # Claimed, but neither an `applied` report nor the marker batch came (the job died between its
+    # claim and its start, or its claim's answer was lost and no later start took it over).
     for rewind in RewindRequest.objects.filter(status=Status.CLAIMED, claimed_at__lte=limit_claimed(now)):
-        _finish(rewind, Status.FAILED, f"{rewind.claimed_by} claimed it but never reported applying it within "
-                                       f"{human_duration(settings.REWIND_VERIFY_TIMEOUT_S)}: check the job's log; "
-                                       "request the rewind again if it is still needed")
+        if _settle_claim_from_marker(rewind):
+            continue
+        _finish(rewind, Status.FAILED, f"claimed by {rewind.claimed_by} at {_iso(rewind.claimed_at)}; no `applied` "
+                                       "report and no batch at the target (the job's marker) seen in the store "
+                                       f"within {human_duration(settings.REWIND_VERIFY_TIMEOUT_S)}: check the job's "
+                                       "log; request the rewind again if it is still needed")
     # Applied, but no batch after it ever appeared: the job never really started.
     limit = now - timedelta(seconds=settings.REWIND_VERIFY_TIMEOUT_S)
     for rewind in RewindRequest.objects.filter(status=Status.APPLIED, applied_at__lte=limit):
@@ -239,15 +275,46 @@ def limit_claimed(now: datetime) -> datetime:
     return now - timedelta(seconds=settings.REWIND_VERIFY_TIMEOUT_S)
 
 
+def lease_limit(now: datetime) -> datetime:
+    """Claims made at or before this have outlived their lease."""
+    return now - timedelta(seconds=settings.REWIND_CLAIM_LEASE_S)
+
+
+def claim_lease_expires_at(rewind: RewindRequest) -> datetime | None:
+    if rewind.status != Status.CLAIMED or rewind.claimed_at is None:
+        return None
+    return rewind.claimed_at + timedelta(seconds=settings.REWIND_CLAIM_LEASE_S)
+
+
+def rewind_claimable(*, rewind: RewindRequest, now: datetime | None = None) -> bool:
+    """Whether a new instance's claim would win now: approved and unexpired, or a job's claim whose
+    lease ran out (the dashboard's clock decides, not the job's)."""
+    now = now or timezone.now()
+    if rewind.status == Status.APPROVED:
+        return rewind.expires_at > now
+    return (rewind.status == Status.CLAIMED and rewind.mode == RewindRequest.Mode.JOB
+            and rewind.claimed_at is not None and rewind.claimed_at <= lease_limit(now))
+
+
 def rewind_for_job(*, pipeline: Pipeline) -> RewindRequest | None:
-    """The approved, unexpired rewind a job of this pipeline should apply, if any."""
-    return RewindRequest.objects.filter(
-        pipeline=pipeline, status=Status.APPROVED, mode=RewindRequest.Mode.JOB, expires_at__gt=timezone.now()
+    """The rewind a job of this pipeline must not start past: approved and unexpired, or claimed
+    (by an instance that has not reported `applied`). A claim whose lease ran out and whose marker
+    batch the collectors already recorded is settled from it first (then nothing is pending)."""
+    now = timezone.now()
+    rewind = RewindRequest.objects.filter(
+        Q(status=Status.APPROVED, expires_at__gt=now) | Q(status=Status.CLAIMED),
+        pipeline=pipeline, mode=RewindRequest.Mode.JOB,
     ).first()
+    if rewind is not None and rewind_claimable(rewind=rewind, now=now) and rewind.status == Status.CLAIMED \
+            and _settle_claim_from_marker(rewind):
+        return None
+    return rewind
 
 
 def rewind_claim(*, pipeline: Pipeline, rewind_id: int, instance: str, remote_addr: str = "") -> RewindRequest:
-    """Exactly one claimer wins: a conditional UPDATE from approved (and unexpired) to claimed."""
+    """Exactly one claimer wins: a conditional UPDATE from approved (and unexpired) to claimed.
+    The instance holding the claim gets it again (its first answer may have been lost); another
+    instance takes over a claim whose lease ran out (conditional on the claim it saw)."""
     instance = (instance or "").strip()[:300]
     if not instance:
         raise RewindRefused("'instance' (who is claiming: host, process, run id) is required")
@@ -257,12 +324,37 @@ def rewind_claim(*, pipeline: Pipeline, rewind_id: int, instance: str, remote_ad
             pk=rewind_id, pipeline=pipeline, status=Status.APPROVED, mode=RewindRequest.Mode.JOB, expires_at__gt=now,
         ).update(status=Status.CLAIMED, claimed_at=now, claimed_by=instance)
         rewind = _job_rewind(pipeline, rewind_id)
-        if not won:
-            why = "its approval expired" if rewind.status == Status.APPROVED else f"it is {rewind.status}"
-            if rewind.status == Status.CLAIMED:
-                why = f"{rewind.claimed_by} claimed it at {rewind.claimed_at.isoformat(timespec='seconds')}"
-            raise RewindRefused(f"rewind #{rewind_id} cannot be claimed: {why}", 409)
-        _audit(rewind, "rewind.claimed", actor=f"job {instance}", remote_addr=remote_addr)
+        if won:
+            _audit(rewind, "rewind.claimed", actor=f"job {instance}", remote_addr=remote_addr)
+            return rewind
+    if rewind.status == Status.CLAIMED and rewind.mode == RewindRequest.Mode.JOB:
+        if rewind.claimed_by == instance:
+            return rewind  # the same instance again: its claim stands (no new transition, no event)
+        if rewind_claimable(rewind=rewind, now=now) and not _settle_claim_from_marker(rewind):
+            return _take_over(rewind, instance=instance, now=now, remote_addr=remote_addr)
+        rewind.refresh_from_db()
+    why = "its approval expired" if rewind.status == Status.APPROVED else f"it is {rewind.status}"
+    if rewind.status == Status.CLAIMED:
+        why = (f"{rewind.claimed_by} claimed it at {_iso(rewind.claimed_at)} and its lease runs until "
+               f"{_iso(claim_lease_expires_at(rewind))}")
+    elif rewind.status in (Status.APPLIED, Status.VERIFIED) and rewind.claimed_by:
+        why += f" (applied by {rewind.claimed_by})"
+    raise RewindRefused(f"rewind #{rewind_id} cannot be claimed: {why}", 409)
+
+
+def _take_over(rewind: RewindRequest, *, instance: str, now: datetime, remote_addr: str) -> RewindRequest:
+    holder, at = rewind.claimed_by, rewind.claimed_at
+    with transaction.atomic():
+        if not RewindRequest.objects.filter(pk=rewind.pk, status=Status.CLAIMED, claimed_by=holder, claimed_at=at,
+                                            claimed_at__lte=lease_limit(now)).update(claimed_by=instance, claimed_at=now):
+            rewind.refresh_from_db()
+            raise RewindRefused(f"rewind #{rewind.pk} cannot be claimed: it is {rewind.status}"
+                                f"{' by ' + rewind.claimed_by if rewind.claimed_by else ''} (taken over meanwhile)", 409)
+        rewind.refresh_from_db()
+        _audit(rewind, "rewind.claim_taken_over", actor=f"job {instance}", remote_addr=remote_addr,
+               details={"previous_claimed_by": holder, "previous_claimed_at": _iso(at),
+                        "lease_s": settings.REWIND_CLAIM_LEASE_S,
+                        "why": "no `applied` report within the claim's lease"})
     return rewind
 
 
@@ -279,6 +371,9 @@ def rewind_applied(
                                             claimed_by=(instance or "").strip()[:300]).update(
                 status=Status.APPLIED, applied_at=now, applied_offsets=started, marker_batch_ms=marker_batch_ms):
             rewind = _job_rewind(pipeline, rewind_id)
+            if rewind.status in (Status.APPLIED, Status.VERIFIED) and rewind.claimed_by == (instance or "").strip()[:300] \
+                    and rewind.applied_offsets == started:
+                return rewind  # a late or repeated report of what is recorded already (e.g. from its marker)
             raise RewindRefused(f"rewind #{rewind_id} is {rewind.status}"
                                 f"{' by ' + rewind.claimed_by if rewind.claimed_by else ''}: not claimed by {instance!r}", 409)
         rewind = _job_rewind(pipeline, rewind_id)
@@ -322,8 +417,11 @@ def rewinds_verify(*, pipeline_ids: list[int]) -> int:
     the job or the dashboard wrote) is in the store's history with exactly the target's offsets,
     failed with the difference when it is not. Stores that keep only their current offsets may
     have moved past the marker before a poll saw it: the first batch after it then must not be
-    behind the target anywhere. Returns how many were settled."""
+    behind the target anywhere. Claimed rewinds whose `applied` report never came are settled from
+    their marker first (_settle_claim_from_marker). Returns how many were settled."""
     settled = 0
+    for rewind in RewindRequest.objects.filter(pipeline_id__in=pipeline_ids, status=Status.CLAIMED):
+        settled += _settle_claim_from_marker(rewind)
     for rewind in RewindRequest.objects.filter(pipeline_id__in=pipeline_ids, status=Status.APPLIED,
                                                marker_batch_ms__isnull=False):
         after = list(Batch.objects.filter(pipeline_id=rewind.pipeline_id, batch_time_ms__gte=rewind.marker_batch_ms)
@@ -349,6 +447,37 @@ def rewinds_verify(*, pipeline_ids: list[int]) -> int:
                                                  f"after the rewind ({_ms_text(batch_ms)}) continues from the target")
         settled += 1
     return settled
+
+
+def _settle_claim_from_marker(rewind: RewindRequest) -> bool:
+    """A claimed rewind whose job wrote its marker (a batch after the claim holding exactly the
+    target) but whose `applied` report was lost: applied and verified from the marker, saying so.
+    Whether a batch merely continuing from the target is the job's cannot be told without the
+    report, so only the exact marker counts. Returns whether it was settled."""
+    since_ms = int(rewind.claimed_at.timestamp() * 1000)
+    marker_ms = (Batch.objects.filter(pipeline_id=rewind.pipeline_id, batch_time_ms__gte=since_ms,
+                                      offsets=rewind.target_offsets)
+                 .order_by("batch_time_ms").values_list("batch_time_ms", flat=True).first())
+    if marker_ms is None:
+        return False
+    holder, at = rewind.claimed_by, rewind.claimed_at
+    note = (f"the `applied` report of {holder} (claimed at {_iso(at)}) never arrived; the store's batch at "
+            f"{_ms_text(marker_ms)} holds exactly the target: the job's marker")
+    with transaction.atomic():
+        if not RewindRequest.objects.filter(pk=rewind.pk, status=Status.CLAIMED, claimed_by=holder, claimed_at=at).update(
+                status=Status.APPLIED, marker_batch_ms=marker_ms, applied_offsets=rewind.target_offsets,
+                applied_at=datetime.fromtimestamp(marker_ms / 1000, tz=dt_timezone.utc)):
+            return False
+        rewind.refresh_from_db()
+        _audit(rewind, "rewind.applied", actor="system", details={"note": note, "claimed_by": holder,
+                                                                  "marker_batch_ms": marker_ms})
+        _finish(rewind, Status.VERIFIED, f"the job's first batch after the restart starts at the target (batch "
+                                         f"{_ms_text(marker_ms)}); its `applied` report never arrived: {note}")
+    return True
+
+
+def _iso(value: datetime | None) -> str:
+    return value.astimezone(dt_timezone.utc).isoformat(timespec="seconds") if value else "?"
 
 
 def _difference(target: dict[str, int], actual: dict[str, int]) -> str:

@@ -325,6 +325,10 @@ PUBLIC_URL = env_str("OFFSETWATCH_PUBLIC_URL", "")
 REWIND_APPROVAL_TTL_S = env_float("OFFSETWATCH_REWIND_APPROVAL_TTL", 24 * 3600.0)
 REWIND_CLAIM_TTL_S = env_float("OFFSETWATCH_REWIND_CLAIM_TTL", 6 * 3600.0)
 REWIND_VERIFY_TIMEOUT_S = env_float("OFFSETWATCH_REWIND_VERIFY_TIMEOUT", 3600.0)
+# A job's claim is a lease: not followed by `applied` within this long, the pipeline's next start
+# (another instance) may take it over, and an approver may cancel it. Longer than a job takes
+# from its claim to its `applied` report (a watermark read and one store write).
+REWIND_CLAIM_LEASE_S = env_float("OFFSETWATCH_REWIND_CLAIM_LEASE", 60.0)
 
 # /metrics: which pipelines are exported (fnmatch patterns over "store/topic/group"; include
 # empty = all) and whether each partition's lag is a series too. Many pipelines times many

@@ -89,7 +89,9 @@ class DashboardClient:
 
     # --- rewinds (the token's pipeline only) ------------------------------------------------------
     def pending_rewind(self) -> dict | None:
-        """The approved rewind this pipeline's job should apply now, or None."""
+        """The rewind this pipeline's job must not start past, or None: approved, or claimed by an
+        instance that has not reported `applied` (`status`, `claimed_by`, `claim_lease_expires_at`,
+        `claimable`: a claim would win now)."""
         rewind = self._call("GET", "/api/v1/rewinds/pending").get("rewind")
         if rewind is not None and not isinstance(rewind, dict):
             raise DashboardError(f"GET {self.base_url}/api/v1/rewinds/pending: 'rewind' is not an object: {rewind!r}")
@@ -102,7 +104,8 @@ class DashboardClient:
         return rewind
 
     def claim_rewind(self, rewind_id: int, instance: str) -> dict:
-        """Claim it; DashboardError with status 409 when another instance won (or it expired)."""
+        """Claim it (again, if this instance holds it: answered with the rewind); DashboardError with
+        status 409 when another instance holds it within its lease (or it expired)."""
         return self._rewind(f"/api/v1/rewinds/{int(rewind_id)}/claim", {"instance": instance})
 
     def rewind_applied(self, rewind_id: int, instance: str, offsets: dict[int, int], marker_batch_ms: int) -> dict:

@@ -14,13 +14,17 @@ Spark's official Kafka source.
 Rewinds (approved in the dashboard, applied by the job when it starts; `restart(dashboard=...)`):
 after loading the stored offsets the job asks the dashboard for an approved rewind; if there is
 one it claims it (exactly one instance wins; a loser starts from the stored offsets and says
-so), checks the target against the watermarks fetched after the claim (a target out of range
+so, or with policy "wait" refuses to start), checks the target against the watermarks fetched after the claim (a target out of range
 now is reported `failed` and the job refuses to start), saves the target into the store as a
 batch dated now (the *marker*: the collectors verify the rewind from it, and a crash right after
 it restarts from the target), reports `applied`, and starts from the target. A dashboard that
 cannot be asked: `rewind_policy` "proceed" (start from the stored offsets, WARNING) or "wait"
-(refuse to start). The decisions are pure functions (`parse_rewind`, `dashboard_trouble`,
-`lost_claim`, `rewind_start_plan`); `restart` does the I/O around them.
+(refuse to start). The same policy decides when the rewind is claimed by another instance whose
+claim's lease still runs (`held_elsewhere`), and when the claim's own answer is lost
+(`claim_unconfirmed`: it may have been recorded; the claim is asked again once, which the
+dashboard answers for the instance holding it; a later start takes it over after the lease).
+The decisions are pure functions (`parse_rewind`, `dashboard_trouble`, `held_elsewhere`,
+`lost_claim`, `claim_refused`, `claim_unconfirmed`, `rewind_start_plan`); `restart` does the I/O around them.
 """
 from __future__ import annotations
 
@@ -65,13 +69,18 @@ class Clamp:
 
 @dataclass(frozen=True)
 class PendingRewind:
-    """An approved rewind as the dashboard hands it to the job (`GET /api/v1/rewinds/pending`)."""
+    """A rewind as the dashboard hands it to the job (`GET /api/v1/rewinds/pending`): approved, or
+    claimed by an instance that has not reported `applied` (`claimable`: its lease ran out)."""
 
     id: int
     topic: str
     group: str
     target: dict[int, int]
     before: dict[int, int]  # the committed offsets the dashboard saw when it was requested
+    status: str = "approved"
+    claimed_by: str | None = None
+    claim_lease_expires_at: str | None = None
+    claimable: bool = True
 
 
 @dataclass(frozen=True)
@@ -196,7 +205,11 @@ def parse_rewind(data: dict, topic: str, group: str) -> PendingRewind:
     if (data.get("topic"), data.get("group")) != (topic, group):
         raise ValueError(f"rewind #{rewind_id} is for {data.get('topic')!r}/{data.get('group')!r}, not this job's "
                          f"{topic!r}/{group!r}: is the job using another pipeline's token?")
-    return PendingRewind(rewind_id, topic, group, target, before)
+    status = data.get("status", "approved")  # a dashboard from before leases says nothing more
+    if status not in ("approved", "claimed"):
+        raise ValueError(f"rewind #{rewind_id} is handed out as {status!r}, neither approved nor claimed: {data!r}")
+    return PendingRewind(rewind_id, topic, group, target, before, status, data.get("claimed_by"),
+                         data.get("claim_lease_expires_at"), data.get("claimable", True) is not False)
 
 
 def dashboard_trouble(topic: str, group: str, url: str, error: str, policy: RewindPolicy) -> str:
@@ -217,6 +230,48 @@ def lost_claim(rewind: PendingRewind, error: str) -> str:
     """Another instance won the claim (or the approval lapsed): this one starts as usual."""
     return (f"rewind #{rewind.id} was not claimed by this instance ({error}): starting from the stored "
             "offsets; the instance that claimed it applies it")
+
+
+def claim_refused(topic: str, group: str, rewind: PendingRewind, error: str, policy: RewindPolicy) -> str:
+    """The dashboard refused the claim (409: another instance holds it, or the approval lapsed):
+    'proceed' starts as usual (`lost_claim`); 'wait' refuses to start, since the instance holding
+    the claim may not apply it."""
+    if policy == "wait":
+        raise StartRefused(topic, group, [(
+            f"rewind #{rewind.id} was not claimed by this instance ({error}) and the rewind policy is 'wait': "
+            "not starting past it; start again once it is applied, or after its claim's lease to take it over")])
+    return lost_claim(rewind, error)
+
+
+def held_elsewhere(topic: str, group: str, rewind: PendingRewind, policy: RewindPolicy) -> str:
+    """The dashboard says another instance claimed the rewind and its lease still runs (it may be
+    applying it right now, or its claim's answer was lost): 'wait' refuses to start; 'proceed'
+    starts from the stored offsets and says so."""
+    held = (f"rewind #{rewind.id} is claimed by {rewind.claimed_by or 'another instance'} and not reported applied; "
+            f"its claim's lease runs until {rewind.claim_lease_expires_at or '(not said)'}")
+    if policy == "wait":
+        raise StartRefused(topic, group, [
+            f"{held}; the rewind policy is 'wait': not starting past it. Start again after the lease (this start then "
+            "takes the claim over) or once it is applied; an approver can cancel a stuck claim"])
+    return (f"{held}; rewind policy 'proceed': starting from the stored offsets, the rewind is applied by the "
+            "instance holding the claim or by a start after its lease")
+
+
+def claim_unconfirmed(topic: str, group: str, url: str, rewind: PendingRewind, error: str,
+                      policy: RewindPolicy) -> str:
+    """The claim got no answer (timeout, connection lost, a server error): the dashboard may have
+    recorded it. 'wait' refuses to start, naming the rewind; 'proceed' starts from the stored
+    offsets. Either way the claim, if recorded, is taken over by a start after its lease."""
+    lost = (f"the claim of rewind #{rewind.id} at {url} got no answer ({error}): it may have been recorded for this "
+            "instance, which will not apply it")
+    if policy == "wait":
+        raise StartRefused(topic, group, [
+            f"{lost}; the rewind policy is 'wait': not starting past it. A start after the claim's lease takes it "
+            "over and applies it"])
+    if policy != "proceed":
+        raise ValueError(f"unknown rewind policy {policy!r} (one of {', '.join(REWIND_POLICIES)})")
+    return (f"{lost}; rewind policy 'proceed': starting from the stored offsets, a start after the claim's lease "
+            "applies it")
 
 
 def rewind_start_plan(
@@ -306,6 +361,7 @@ def restart(
     else:
         plan = _apply_rewind(dashboard, claimed, instance, store, stored, topic, group, watermarks,
                              save_target, clock_ms)
+        plan.decisions[:0] = notes
     for decision in plan.decisions:
         level = logging.WARNING if plan.clamps or plan.vanished_partitions or decision in notes else logging.INFO
         log.log(level, "%s/%s start: %s", topic, group, decision)
@@ -316,8 +372,10 @@ def restart(
 def _claim_pending(
     dashboard: DashboardClient, topic: str, group: str, instance: str, policy: RewindPolicy,
 ) -> tuple[PendingRewind | None, str | None]:
-    """Ask for an approved rewind and claim it: (the rewind this instance won, or None; a note
-    for the start's decisions). StartRefused when the dashboard cannot be asked and policy is 'wait'."""
+    """Ask for a pending rewind and claim it: (the rewind this instance won, or None; a note for
+    the start's decisions). With policy 'wait', StartRefused whenever the job would otherwise
+    start past an approved or claimed rewind: the dashboard cannot be asked, another instance
+    holds the claim, or the claim's answer was lost."""
     try:
         data = dashboard.pending_rewind()
         if data is None:
@@ -325,15 +383,34 @@ def _claim_pending(
         pending = parse_rewind(data, topic, group)
     except (DashboardError, ValueError) as exc:
         return None, dashboard_trouble(topic, group, dashboard.base_url, str(exc), policy)
+    if pending.status == "claimed" and not pending.claimable and pending.claimed_by != instance:
+        return None, held_elsewhere(topic, group, pending, policy)
     try:
-        dashboard.claim_rewind(pending.id, instance)
+        claim = _claim(dashboard, pending.id, instance)
     except DashboardError as exc:
         if exc.status == 409:
-            return None, lost_claim(pending, str(exc))
-        # Unreachable mid-claim: the claim may or may not have been recorded; the policy decides.
+            return None, claim_refused(topic, group, pending, str(exc), policy)
+        if exc.status is None or exc.status >= 500:
+            # No answer: the claim may or may not have been recorded; the policy decides.
+            return None, claim_unconfirmed(topic, group, dashboard.base_url, pending, str(exc), policy)
         return None, dashboard_trouble(topic, group, dashboard.base_url, str(exc), policy)
-    log.info("%s/%s: claimed rewind #%s as %s", topic, group, pending.id, instance)
+    log.info("%s/%s: claimed rewind #%s as %s (%s)", topic, group, pending.id, instance, claim.get("status"))
+    if pending.status == "claimed" and pending.claimed_by != instance:
+        return pending, (f"rewind #{pending.id}: took over the claim of {pending.claimed_by}, whose lease ran out "
+                         "with no `applied` report")
     return pending, None
+
+
+def _claim(dashboard: DashboardClient, rewind_id: int, instance: str) -> dict:
+    """Claim; when the answer is lost, ask once more: the dashboard answers a repeated claim by the
+    instance holding it with the rewind, so a claim recorded the first time is not lost."""
+    try:
+        return dashboard.claim_rewind(rewind_id, instance)
+    except DashboardError as exc:
+        if exc.status is not None and exc.status < 500:
+            raise
+        log.warning("rewind #%s: the claim got no answer (%s); asking again", rewind_id, exc)
+    return dashboard.claim_rewind(rewind_id, instance)
 
 
 def _apply_rewind(
@@ -368,8 +445,10 @@ def _apply_rewind(
         dashboard.rewind_applied(rewind.id, instance, rewind.target, marker_ms)
     except DashboardError as exc:
         # The target is in the store already: starting elsewhere would not undo that. The
-        # collectors still see the marker batch; the dashboard shows the rewind claimed.
-        note = f"the dashboard was not told that rewind #{rewind.id} was applied ({exc}); it still shows it claimed"
+        # dashboard recognises the marker batch (exactly the target, after the claim) when the
+        # collectors read it, and verifies the rewind from it.
+        note = (f"the dashboard was not told that rewind #{rewind.id} was applied ({exc}); it shows it claimed until "
+                "the collectors read the marker batch, then verifies it from that")
         log.error("%s/%s: %s", topic, group, note)
         plan.decisions.append(note)
     return plan

@@ -10,7 +10,10 @@ import pytest
 from streamoffsets.restart import (
     PendingRewind,
     StartRefused,
+    claim_refused,
+    claim_unconfirmed,
     dashboard_trouble,
+    held_elsewhere,
     lost_claim,
     parse_rewind,
     rewind_start_plan,
@@ -121,3 +124,52 @@ def test_an_unreachable_dashboard_proceeds_or_waits_by_policy():
 def test_a_lost_claim_starts_from_the_stored_offsets_and_says_who_won():
     note = lost_claim(rewind({0: 1}), "HTTP 409: rewind #7 cannot be claimed: host-b:9:ab claimed it")
     assert note.startswith("rewind #7 was not claimed by this instance") and "host-b:9:ab" in note
+
+
+def held(**kw):
+    return PendingRewind(7, "t", "g", {0: 1}, {}, "claimed", "host-a:1:aaaa", "2026-01-01T00:01:00+00:00", **kw)
+
+
+def test_a_rewind_claimed_elsewhere_within_its_lease_is_never_started_past_with_wait():
+    # 1. wait: refused, naming the rewind, the holder and the lease's end.
+    with pytest.raises(StartRefused, match=r"rewind #7 is claimed by host-a:1:aaaa .*lease runs until 2026-01-01T00:01:00"):
+        held_elsewhere("t", "g", held(claimable=False), "wait")
+    # 2. proceed: the stored offsets, saying who holds it and what happens to it.
+    note = held_elsewhere("t", "g", held(claimable=False), "proceed")
+    assert "host-a:1:aaaa" in note and "starting from the stored offsets" in note and "after its lease" in note
+
+
+def test_a_claim_refused_or_unanswered_follows_the_policy():
+    # 1. 409 (another instance won): proceed starts as before; wait refuses, naming the rewind.
+    assert claim_refused("t", "g", rewind({0: 1}), "HTTP 409: host-b claimed it", "proceed").startswith(
+        "rewind #7 was not claimed by this instance")
+    with pytest.raises(StartRefused, match=r"rewind #7 was not claimed by this instance \(HTTP 409: host-b"):
+        claim_refused("t", "g", rewind({0: 1}), "HTTP 409: host-b claimed it", "wait")
+    # 2. No answer: the claim may be recorded; wait refuses saying so, proceed starts from the stored offsets.
+    with pytest.raises(StartRefused, match=r"the claim of rewind #7 at http://dash got no answer \(timed out\): it may "
+                                           r"have been recorded"):
+        claim_unconfirmed("t", "g", "http://dash", rewind({0: 1}), "timed out", "wait")
+    note = claim_unconfirmed("t", "g", "http://dash", rewind({0: 1}), "timed out", "proceed")
+    assert "it may have been recorded" in note and "starting from the stored offsets" in note
+
+
+CLAIMED_JSON = [
+    # 1. A claim within its lease, as the pending endpoint says it.
+    ({"status": "claimed", "claimed_by": "h:1", "claim_lease_expires_at": "x", "claimable": False}, ("claimed", "h:1", False)),
+    # 2. A claim whose lease ran out: claimable (the next start takes it over).
+    ({"status": "claimed", "claimed_by": "h:1", "claimable": True}, ("claimed", "h:1", True)),
+    # 3. A dashboard from before leases says only the approved rewind: claimable as before.
+    ({}, ("approved", None, True)),
+]
+
+
+@pytest.mark.parametrize("extra, expected", CLAIMED_JSON, ids=[f"claimed{i + 1}" for i in range(len(CLAIMED_JSON))])
+def test_parse_a_claimed_rewind(extra, expected):
+    data = {"id": 4, "topic": "t", "group": "g", "target_offsets": {"0": 3}, **extra}
+    parsed = parse_rewind(data, "t", "g")
+    assert (parsed.status, parsed.claimed_by, parsed.claimable) == expected
+
+
+def test_a_rewind_in_another_state_is_not_read_as_pending():
+    with pytest.raises(ValueError, match="neither approved nor claimed"):
+        parse_rewind({"id": 4, "topic": "t", "group": "g", "target_offsets": {"0": 3}, "status": "applied"}, "t", "g")

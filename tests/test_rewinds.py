@@ -154,7 +154,8 @@ def test_the_job_finds_claims_applies_and_the_collectors_verify(payments, actors
     assert pending["id"] == r.pk and pending["target_offsets"] == {"0": 30, "1": 20}
     claim = job.post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "host-a:123"}, content_type="application/json")
     assert claim.status_code == 200 and claim.json()["rewind"]["status"] == "claimed"
-    assert job.get("/api/v1/rewinds/pending").json()["rewind"] is None  # claimed: no longer pending
+    held = job.get("/api/v1/rewinds/pending").json()["rewind"]  # claimed: still said, so no start skips it
+    assert held["status"] == "claimed" and held["claimed_by"] == "host-a:123" and held["claimable"] is False
     # The job saved the target to its store as a batch, then reports where it started.
     marker = T0 + 60_000
     record_batch(payments, marker, {"0": 30, "1": 20})
@@ -342,7 +343,8 @@ def test_a_claim_never_applied_fails_after_the_timeout(payments, actors, setting
     job_client(payments).post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "host-a:1"}, content_type="application/json")
     rewinds_expire(now=timezone.now() + timedelta(seconds=settings.REWIND_VERIFY_TIMEOUT_S + 1))
     r.refresh_from_db()
-    assert r.status == "failed" and "host-a:1 claimed it but never reported applying it" in r.outcome
+    assert r.status == "failed" and r.outcome.startswith("claimed by host-a:1 at ")
+    assert "no `applied` report and no batch at the target (the job's marker) seen in the store within 1 h" in r.outcome
 
 
 def test_a_store_without_history_keeps_the_sample_that_verifies_even_if_unchanged(unique_name, actors):
