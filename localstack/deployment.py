@@ -38,6 +38,26 @@ def _as_postgres(argv: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children first found by walking /proc's parent links)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 @dataclass
 class Process:
     """One server or app process of the deployment, restartable, in its own process group."""
@@ -74,6 +94,13 @@ class Process:
         return self.proc.pid
 
     def signal(self, sig: int) -> None:
+        """Signal the process group and every descendant: PostgreSQL's backends call setsid(),
+        so a group signal alone would leave them running (a "frozen" server still answering)."""
+        for pid in [self.pid, *descendants(self.pid)]:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
         try:
             os.killpg(self.pid, sig)
         except ProcessLookupError:

@@ -118,13 +118,22 @@ class Sampler(threading.Thread):
         self.stopped = threading.Event()
 
     def run(self) -> None:
+        # The polls are read in a thread of their own: a frozen PostgreSQL may hold a connection
+        # attempt longer than its timeout, and the API's answers must still be sampled meanwhile.
+        reader = threading.Thread(target=self._polls_loop, daemon=True, name="fault-sampler-db")
+        reader.start()
         while not self.stopped.is_set():
             t = time.monotonic()
             status, body = self.dep.get("/api/v1/collectors", timeout_s=2.0)
-            self.api.append((t, status, body))
+            self.api.append((time.monotonic(), status, body))
             self.statuses.append((t, "/api/v1/collectors", status))
             status, _ = self.dep.get("/api/v1/pipelines", timeout_s=2.0)
             self.statuses.append((t, "/api/v1/pipelines", status))
+            self.stopped.wait(max(0.0, self.every_s - (time.monotonic() - t)))
+
+    def _polls_loop(self) -> None:
+        while not self.stopped.is_set():
+            t = time.monotonic()
             self._read_polls(t)
             self.stopped.wait(max(0.0, self.every_s - (time.monotonic() - t)))
 
