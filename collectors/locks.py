@@ -18,7 +18,9 @@ from contextlib import contextmanager
 import redis
 from django.conf import settings
 
-from dashboard.redis_keys import POLL_LOCK_PREFIX, QUEUED_PREFIX
+import time
+
+from dashboard.redis_keys import POLL_LOCK_PREFIX, POLLING_KEY, QUEUED_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -70,16 +72,31 @@ def source_lock(source: str, ttl_s: float | None = None):
     if acquired:
         renewer = _Renewer(lock, source, every_s=ttl_s / 3)
         renewer.start()
+        _polling_mark(lock.redis, source, started=time.time())
     try:
         yield acquired
     finally:
         if renewer is not None:
             renewer.stopped.set()
             renewer.join(timeout=settings.IO_TIMEOUT_S)
+            _polling_mark(lock.redis, source, started=None)
             try:
                 lock.release()
             except redis.exceptions.RedisError:
                 pass  # expired meanwhile or Redis went away: the TTL bounds it, nothing to undo
+
+
+def _polling_mark(client: redis.Redis, source: str, started: float | None) -> None:
+    """Note when the poll of `source` started (None: it ended), so the dashboard can say a poll
+    waits for a server that does not answer before the I/O timeout ends it. Only read while the
+    source's lock exists, so a killed worker's leftover entry means nothing."""
+    try:
+        if started is None:
+            client.hdel(POLLING_KEY, source)
+        else:
+            client.hset(POLLING_KEY, source, repr(started))
+    except redis.exceptions.RedisError as exc:
+        log.warning("poll start of %s not noted (%s)", source, exc)
 
 
 def queued_mark(client: redis.Redis, source: str) -> bool:

@@ -24,7 +24,7 @@ import redis
 from django.conf import settings
 
 from dashboard.models import Cluster, SourceHealth, Store
-from dashboard.redis_keys import BEAT_SENT_KEY
+from dashboard.redis_keys import BEAT_SENT_KEY, POLL_LOCK_PREFIX, POLLING_KEY
 
 COLLECTOR_PREFIX = "collector:"
 BEAT_SOURCE = "collector:beat"  # the SourceHealth row collect_all writes each time it runs
@@ -73,8 +73,9 @@ def _age_s(now: datetime, then: datetime | None) -> float | None:
     return None if then is None else max(0.0, (now - then).total_seconds())
 
 
-def source_state(health: SourceHealth, *, now: datetime, polled: bool = True) -> SourceHealth:
-    """Annotate a source's row with what it means now: `state` (ok, failing, stale; idle for a
+def source_state(health: SourceHealth, *, now: datetime, polled: bool = True,
+                 polling_since: datetime | None = None) -> SourceHealth:
+    """Annotate a source's row with what it means now: `state` (ok, failing, hanging: a poll in flight too long, stale; idle for a
     store disabled or removed, `polled` False, unless its last poll failed), `healthy`,
     `poll_age_s` (seconds since its last poll ended) and `problem` (why it is not ok, in words)."""
     age = _age_s(now, poll_ended_at(health))
@@ -90,6 +91,12 @@ def source_state(health: SourceHealth, *, now: datetime, polled: bool = True) ->
         health.problem = f"not polled {since}: the collectors are not running or not keeping up"
         if health.consecutive_failures:
             health.problem += f"; the last poll failed: {health.last_error}"
+    elif polling_since is not None and (waited := _age_s(now, polling_since)) > 1.5 * settings.POLL_INTERVAL_S:
+        # A server that accepts connections and never answers (frozen, overloaded) holds the poll
+        # until the I/O timeout: say so before that, not only when the poll fails.
+        health.state, health.healthy = "hanging", False
+        health.problem = (f"a poll has been running for {waited:.0f} s without finishing: the source may not be "
+                          f"answering (each call times out after {settings.IO_TIMEOUT_S:g} s)")
     elif health.consecutive_failures:
         health.state, health.healthy = "failing", False
         health.problem = health.last_error
@@ -144,6 +151,7 @@ class _Broker:
     error: str = ""
     beat_sent_at: datetime | None = None
     queued: dict[str, int] = field(default_factory=dict)
+    polling: dict[str, datetime] = field(default_factory=dict)  # sources whose poll runs now: since
 
 
 def broker_read() -> _Broker:
@@ -153,15 +161,22 @@ def broker_read() -> _Broker:
         client.ping()
         pipe = client.pipeline(transaction=False)
         pipe.get(BEAT_SENT_KEY)
+        pipe.hgetall(POLLING_KEY)
         for queue in QUEUES:
             pipe.llen(queue)
-        sent, *lengths = pipe.execute()
+        sent, started, *lengths = pipe.execute()
+        started = {k.decode(): float(v) for k, v in started.items()}
+        pipe = client.pipeline(transaction=False)
+        for source in started:
+            pipe.exists(f"{POLL_LOCK_PREFIX}{source}")
+        running = [s for s, held in zip(started, pipe.execute()) if held]  # a dead worker's entry has no lock
     except redis.exceptions.RedisError as exc:
         return _Broker(up=False, error=f"{type(exc).__name__}: {exc}")
     finally:
         client.close()
     sent_at = datetime.fromtimestamp(float(sent), tz=dt_timezone.utc) if sent else None
-    return _Broker(up=True, beat_sent_at=sent_at, queued=dict(zip(QUEUES, lengths)))
+    polling = {s: datetime.fromtimestamp(started[s], tz=dt_timezone.utc) for s in running}
+    return _Broker(up=True, beat_sent_at=sent_at, queued=dict(zip(QUEUES, lengths)), polling=polling)
 
 
 def _latest(*times: datetime | None) -> datetime | None:
@@ -175,10 +190,10 @@ def collector_health(*, now: datetime) -> CollectorHealth:
     rows = list(SourceHealth.objects.order_by("-consecutive_failures", "source"))
     beat_row = next((h for h in rows if h.source == BEAT_SOURCE), None)
     polled = set(sources_polled())
-    sources = [source_state(h, now=now, polled=h.source in polled)
+    broker_state = broker_read()
+    sources = [source_state(h, now=now, polled=h.source in polled, polling_since=broker_state.polling.get(h.source))
                for h in rows if not h.source.startswith(COLLECTOR_PREFIX)]
     sources.sort(key=lambda h: (h.healthy, -h.consecutive_failures, h.source))
-    broker_state = broker_read()
 
     broker = CollectorPart("broker", "broker: Redis (Celery broker, poll locks)", broker_state.up,
                            "answers" if broker_state.up else f"Redis does not answer: {broker_state.error}",

@@ -249,6 +249,8 @@ CELERY_TASK_QUEUES = {name: {"exchange": name, "routing_key": name} for name in 
 # instead of queueing several behind one slow source.
 CELERY_WORKER_CONCURRENCY = env_int("OFFSETWATCH_CELERY_CONCURRENCY", 0) or None
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Reconnect to a broker that is back within a second, not on kombu's 2-30 s schedule.
+CELERY_WORKER_CONSUMER = "collectors.consumer:QuickReconnectConsumer"
 # Recycle a worker process after this many tasks (0: never), bounding slow leaks of client libraries.
 CELERY_WORKER_MAX_TASKS_PER_CHILD = env_int("OFFSETWATCH_CELERY_MAX_TASKS_PER_CHILD", 0) or None
 

@@ -71,6 +71,7 @@ class Process:
 
     def start(self, timeout_s: float = 60.0) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
+        self._log_offset = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env,
                                          cwd=ROOT, start_new_session=True)
@@ -81,6 +82,15 @@ class Process:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self.name} not ready in {timeout_s} s; log {self.log}:\n{self.tail()}")
             time.sleep(0.1)
+
+    def logged_since_start(self, text: str) -> bool:
+        """Whether this start's part of the log holds `text` (how a Celery process says it is up)."""
+        try:
+            with self.log.open("rb") as f:
+                f.seek(getattr(self, "_log_offset", 0))
+                return text.encode() in f.read()
+        except OSError:
+            return False
 
     def tail(self, lines: int = 30) -> str:
         try:
@@ -204,12 +214,16 @@ class Deployment:
     def _worker(self) -> Process:
         argv = [PYTHON, "-m", "celery", "-A", "collectors.celery_app", "worker", "--loglevel=INFO", "-c", "2",
                 "-n", f"worker-{self.web_port}@%h", "--without-gossip", "--without-mingle"]
-        return Process("worker", argv, self.run_dir / "logs" / "worker.log", env=self.env)
+        proc = Process("worker", argv, self.run_dir / "logs" / "worker.log", env=self.env)
+        proc.ready = lambda: proc.logged_since_start(" ready.")
+        return proc
 
     def _beat(self) -> Process:
         argv = [PYTHON, "-m", "celery", "-A", "collectors.celery_app", "beat", "--loglevel=INFO",
                 f"--schedule={self.run_dir / 'celerybeat-schedule'}"]
-        return Process("beat", argv, self.run_dir / "logs" / "beat.log", env=self.env)
+        proc = Process("beat", argv, self.run_dir / "logs" / "beat.log", env=self.env)
+        proc.ready = lambda: proc.logged_since_start("beat: Starting")
+        return proc
 
     # --- lifecycle ------------------------------------------------------------------------------------------------
     def start(self) -> "Deployment":

@@ -174,7 +174,7 @@ def shows_fault(component: str, status: int, body, ids: dict[str, str]) -> bool:
         part = {"redis": "broker", "worker": "workers", "beat": "beat"}[component]
         return part in body.get("down", [])
     states = _states(body)
-    return all(states.get(ids[s]) in ("failing", "stale") for s in AFFECTS[component])
+    return all(states.get(ids[s]) in ("failing", "stale", "hanging") for s in AFFECTS[component])
 
 
 def all_healthy(status: int, body, ids: dict[str, str]) -> bool:
