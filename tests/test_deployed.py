@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -178,8 +179,6 @@ def test_beat_polls_each_source_at_the_configured_interval(deployed, world):
             seen.append(value)
         time.sleep(0.2)
     assert len(seen) >= 4, f"the store was polled {len(seen) - 1} times in {8 * POLL_INTERVAL_S:.0f} s: {seen}"
-    from datetime import datetime
-
     stamps = [datetime.fromisoformat(s) for s in seen[1:]]
     gaps = [(b - a).total_seconds() for a, b in zip(stamps, stamps[1:])]
     assert all(0.5 * POLL_INTERVAL_S <= g <= 2.5 * POLL_INTERVAL_S for g in gaps), gaps
@@ -210,7 +209,7 @@ def test_the_api_answers_json_503_while_postgresql_is_away_and_recovers(deployed
             assert answer_headers["Content-Type"] == "application/json", (path, answer_headers["Content-Type"])
             assert json.loads(body)["error"].startswith("database unavailable: "), body
             assert int(answer_headers["Retry-After"]) > 0
-        status, _, body = alice.post(f"/api/v1/rewinds/1/claim", headers={"Authorization": f"Bearer {job_token}",
+        status, _, body = alice.post("/api/v1/rewinds/1/claim", headers={"Authorization": f"Bearer {job_token}",
                                                                            "Content-Type": "application/json"})
         assert status == 503 and json.loads(body)["error"].startswith("database unavailable")
         # The job's client reads it as the dashboard being unavailable, with the reason.
