@@ -322,8 +322,18 @@ class Deployment:
         return pid
 
     def signal(self, name: str, sig: int) -> None:
-        """Send `sig` to the process and everything in its group (its workers, its backends)."""
-        os.killpg(self.pid(name), sig)
+        """Send `sig` to the process, its group and every descendant (gunicorn's and Celery's
+        workers share its group; PostgreSQL's backends each start a session of their own)."""
+        pid = self.pid(name)
+        for target in [pid, *_descendants(pid)]:
+            try:
+                os.kill(target, sig)
+            except ProcessLookupError:
+                pass
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            pass
 
     def freeze(self, name: str) -> None:
         self.signal(name, signal.SIGSTOP)
@@ -335,10 +345,15 @@ class Deployment:
         """SIGKILL the whole group (a crash: no shutdown work, nothing flushed), then reap it."""
         proc = self.procs[name]
         pid = self.pid(name)
-        os.killpg(pid, signal.SIGKILL)
-        os.killpg(pid, signal.SIGCONT)  # a frozen group dies only once it runs again
+        children = _descendants(pid)
+        self.signal(name, signal.SIGKILL)
+        for target in [pid, *children]:  # a frozen process dies only once it runs again
+            try:
+                os.kill(target, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
         proc.popen.wait(10)
-        wait_for(lambda: not _group_alive(pid), 10)
+        wait_for(lambda: not _group_alive(pid) and not any(_exists(c) for c in children), 10)
 
     def stop_process(self, name: str, timeout_s: float = 20.0) -> None:
         """The graceful stop its supervisor would do (SIGINT: PostgreSQL's fast shutdown; SIGTERM
@@ -348,7 +363,7 @@ class Deployment:
             return
         pid = proc.pid
         try:
-            os.killpg(pid, signal.SIGCONT)
+            self.signal(name, signal.SIGCONT)  # a frozen process cannot stop
             os.kill(pid, signal.SIGINT if name == "postgres" else signal.SIGTERM)
             proc.popen.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -413,6 +428,34 @@ class Deployment:
             text = self._log_text(name).splitlines()[-lines:]
             parts.append(f"--- {name} ({self.log_dir / (name + '.log')}) ---\n" + "\n".join(text))
         return "\n".join(parts)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of pid (from /proc), children first."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(0), [])
+        found.extend(children)
+        todo.extend(children)
+    return found
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def _group_alive(pgid: int) -> bool:
