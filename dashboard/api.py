@@ -4,7 +4,8 @@ Described by dashboard/openapi.json (served at /api/v1/openapi.json; tests/test_
 the document against these views). People use their session; machines send an API token
 (`Authorization: Bearer owu_...`, manage.py issue_api_token) acting with its user's roles; jobs
 report starts with their pipeline token (owp_). Every error is JSON {"error": "..."}: 400 names
-the parameter and the value, 401 without credentials, 403 without the role, 404 unknown ids.
+the parameter and the value, 401 without credentials, 403 without the role, 404 unknown ids,
+503 with Retry-After while the database is unavailable (dashboard/unavailable.py).
 """
 from __future__ import annotations
 

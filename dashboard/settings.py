@@ -16,7 +16,9 @@ Environment variables (see README, configuration):
   OFFSETWATCH_SERVE_STATIC, OFFSETWATCH_STATIC_ROOT, OFFSETWATCH_LOG_FORMAT, OFFSETWATCH_LOG_LEVEL,
   OFFSETWATCH_CELERY_QUEUES, OFFSETWATCH_CELERY_CONCURRENCY, OFFSETWATCH_CELERY_MAX_TASKS_PER_CHILD,
   OFFSETWATCH_POLL_TIME_LIMIT, OFFSETWATCH_POLL_LOCK_TTL, OFFSETWATCH_POLL_QUEUED_TTL, OFFSETWATCH_POLL_BACKOFF_MAX,
-  OFFSETWATCH_COLLECTOR_STALE_AFTER, OFFSETWATCH_KAFKA_CLIENT_CONFIGS
+  OFFSETWATCH_POLL_PROBE_TIMEOUT, OFFSETWATCH_COLLECTOR_STALE_AFTER, OFFSETWATCH_KAFKA_CLIENT_CONFIGS,
+  OFFSETWATCH_DB_CONNECT_TIMEOUT, OFFSETWATCH_DB_RETRY_AFTER, OFFSETWATCH_FUTURE_BATCH_TOLERANCE,
+  OFFSETWATCH_LATE_BATCH_WINDOW, OFFSETWATCH_STORE_DISCOVERY_INTERVAL, OFFSETWATCH_REWIND_CLAIM_LEASE
 """
 from __future__ import annotations
 
@@ -107,6 +109,10 @@ def database_from_url(url: str) -> dict:
             "PORT": str(parsed.port or ""),
             "CONN_MAX_AGE": env_int("OFFSETWATCH_CONN_MAX_AGE", 60),
             "CONN_HEALTH_CHECKS": True,
+            # A database host that accepts the connection but never answers (frozen, black-holed)
+            # fails the request after this many seconds (libpq's minimum is 2) instead of holding
+            # a web worker until gunicorn kills it.
+            "OPTIONS": {"connect_timeout": max(2, env_int("OFFSETWATCH_DB_CONNECT_TIMEOUT", 5))},
         }
     raise ValueError(f"DATABASE_URL scheme {parsed.scheme!r} is not supported (use sqlite or postgres)")
 
@@ -177,6 +183,8 @@ INSTALLED_APPS = [
 ]
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # PostgreSQL away: 503 (JSON under /api/) instead of a server error (dashboard/unavailable.py).
+    "dashboard.unavailable.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -202,6 +210,8 @@ TEMPLATES = [
 ]
 DATABASES = {"default": database_from_url(env_str("DATABASE_URL", f"sqlite:///{RUN_DIR / 'offsetwatch.sqlite3'}"))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# The Retry-After (seconds) of the 503 answered while the database is unavailable.
+DATABASE_RETRY_AFTER_S = env_int("OFFSETWATCH_DB_RETRY_AFTER", 10)
 AUTH_PASSWORD_VALIDATORS = [{"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"}]
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env_str("OFFSETWATCH_TIME_ZONE", "UTC")

@@ -4,6 +4,9 @@ from django.urls import include, path
 
 from dashboard import audit_views, rewind_views, views
 
+# A server error: a database one is a 503, an API one stays JSON (dashboard/unavailable.py).
+handler500 = "dashboard.unavailable.server_error"
+
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("live/overview/", views.overview_live, name="overview_live"),

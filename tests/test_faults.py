@@ -12,7 +12,10 @@ import threading
 
 import pytest
 
-from collectors import tasks
+from django.db import connection
+from django.utils import timezone
+
+from collectors import readers, tasks
 from collectors.cycle import collect_once
 from dashboard import services
 from dashboard.models import Batch, SourceHealth
@@ -73,8 +76,7 @@ def write(stores, topic, offsets, at_ms):
 
 
 @pytest.mark.parametrize("server", ["hbase", "zookeeper", "kafka"])
-@pytest.mark.parametrize("when", ["before the cycle", "during the cycle"])
-def test_a_server_going_away_is_shown_and_collection_resumes(private, unique_name, settings, server, when):
+def test_a_server_going_away_before_the_cycle_is_shown_and_collection_resumes(private, unique_name, settings, server):
     settings.IO_TIMEOUT_S = 2.0
     stack, comps = private
     cluster, stores, topic = setup_sources(stack, unique_name)
@@ -82,22 +84,16 @@ def test_a_server_going_away_is_shown_and_collection_resumes(private, unique_nam
     stored = Batch.objects.count()
     source = f"cluster:{cluster.pk}" if server == "kafka" else f"store:{stores[server].pk}"
 
-    if when == "before the cycle":
-        stack.stop_component(server, timeout_s=5)
-        summary = collect_once()
-    else:
-        results = []
-        cycle = threading.Thread(target=lambda: results.append(collect_once()))
-        cycle.start()
-        stack.stop_component(server, timeout_s=5)
-        cycle.join(60)
-        assert results, "the cycle did not finish"
-        summary = collect_once()  # at the latest, the first cycle after the stop sees it
+    stack.stop_component(server, timeout_s=5)
+    summary = collect_once()
 
     assert any(server_url_part(stack, server) in e for e in summary.errors), summary.errors
     assert health(source).consecutive_failures >= 1
     assert Batch.objects.count() >= stored  # nothing already stored is lost
+    restart_and_recover(stack, comps, server, stores, topic, source, stored)
 
+
+def restart_and_recover(stack, comps, server, stores, topic, source, stored):
     restart(stack, comps[server])
     if server in ("hbase", "kafka"):  # memory-only servers: put back what a real one would keep
         ensure_topic(f"{LOOPBACK}:{stack.ports.kafka}", topic, 2)
@@ -107,6 +103,96 @@ def test_a_server_going_away_is_shown_and_collection_resumes(private, unique_nam
     assert collect_once().errors == []
     assert health(source).consecutive_failures == 0
     assert Batch.objects.count() > stored
+
+
+class HeldInsideTheCall:
+    """The seam that puts the cycle inside a server call when the server stops: the reader of
+    one source, once it is connected and has had its first answer (the store's pipeline list,
+    the cluster's topic metadata), waits on `proceed` before its next request to the server."""
+
+    def __init__(self, monkeypatch, url_part: str):
+        self.inside, self.proceed = threading.Event(), threading.Event()
+        held = self
+        real_open_store = readers.open_store
+
+        def open_store(url, *args, **kwargs):
+            store = real_open_store(url, *args, **kwargs)
+            if url_part in url:
+                first_call = store.list_pipelines
+
+                def list_pipelines(*a, **kw):
+                    answer = first_call(*a, **kw)
+                    held.hold()
+                    return answer
+
+                store.list_pipelines = list_pipelines
+            return store
+
+        class Reader(readers.KafkaWatermarkReader):
+            def _topic_metadata(self):
+                answer = super()._topic_metadata()
+                if url_part in self.bootstrap:
+                    held.hold()
+                return answer
+
+        monkeypatch.setattr(readers, "open_store", open_store)
+        monkeypatch.setattr(readers, "KafkaWatermarkReader", Reader)
+
+    def hold(self):
+        self.inside.set()
+        assert self.proceed.wait(60), "the test never let the held reader go on"
+
+
+@pytest.mark.django_db(transaction=True)  # the cycle's thread has its own connection: it must see the rows
+@pytest.mark.parametrize("server", ["hbase", "zookeeper", "kafka"])
+def test_a_server_stopping_inside_the_cycles_call_fails_that_poll_and_the_cycle_goes_on(
+    private, unique_name, settings, monkeypatch, server
+):
+    """Issue #11, observation 10: the threaded version of this test never polled anything (its
+    thread could not see the test's uncommitted rows). Here the reader of the stopped server is
+    held inside its call, connected and answered once, while the server is stopped; that very
+    cycle records the failure with its reason and still polls every other source."""
+    settings.IO_TIMEOUT_S = 2.0
+    stack, comps = private
+    cluster, stores, topic = setup_sources(stack, unique_name)
+    assert collect_once().errors == []
+    stored = Batch.objects.count()
+    source = f"cluster:{cluster.pk}" if server == "kafka" else f"store:{stores[server].pk}"
+    others = [f"store:{s.pk}" for name, s in stores.items() if name != server]
+    url_part = server_url_part(stack, server)
+    held = HeldInsideTheCall(monkeypatch, url_part)
+    write(stores, topic, {0: 3, 1: 4}, 1_700_000_000_500)  # a new batch for the other store to record
+
+    results, started_at = [], timezone.now()
+
+    def cycle():
+        try:
+            results.append(collect_once())
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=cycle)
+    thread.start()
+    try:
+        assert held.inside.wait(30), "the cycle never reached the server's reader"
+        stack.stop_component(server, timeout_s=5)
+    finally:
+        held.proceed.set()
+        thread.join(60)
+    assert results, "the cycle did not finish"
+
+    errors = results[0].errors  # this cycle's own summary, not a later one's
+    assert len(errors) == 1 and url_part in errors[0], errors
+    failed = health(source)
+    assert failed.consecutive_failures == 1 and url_part in failed.last_error and failed.last_attempt_at >= started_at
+    for other in others:  # the cycle went on past the failing source and recorded the others
+        row = health(other)
+        assert row.consecutive_failures == 0 and row.last_success_at >= started_at, (other, row.last_error)
+    if server != "kafka":
+        assert health(f"cluster:{cluster.pk}").last_success_at >= started_at
+    assert Batch.objects.count() == stored + len(others)  # the other store's new batch, nothing lost
+    monkeypatch.undo()
+    restart_and_recover(stack, comps, server, stores, topic, source, stored)
 
 
 def server_url_part(stack: Stack, server: str) -> str:
