@@ -84,7 +84,7 @@ def poll_store(store_id: int, timeout_s: float | None = None) -> int:
     with _polling(f"store:{store.pk}", f"store {store.name} ({store.url})"):
         plan = selectors.store_read_plan(store=store, now=timezone.now())
         reading = read_store(
-            store.url, plan, timeout_s=timeout_s or settings.IO_TIMEOUT_S,
+            store.url, plan, timeout_s=timeout_s or settings.IO_TIMEOUT_S, ping_timeout_s=settings.POLL_PROBE_TIMEOUT_S,
             kafka_config=selectors.kafka_client_config(cluster_name=store.cluster.name),
         )
         added = services.store_reading_record(store=store, reading=reading, now_ms=plan.now_ms)
@@ -100,7 +100,7 @@ def poll_cluster(cluster_id: int, timeout_s: float | None = None) -> int:
         topics = selectors.cluster_topics(cluster=cluster)
         timeout_s = timeout_s or settings.IO_TIMEOUT_S
         result = read_watermarks(cluster.bootstrap_servers, topics, timeout_s=timeout_s,
-                                 chunk_size=settings.KAFKA_LIST_OFFSETS_CHUNK,
+                                 chunk_size=settings.KAFKA_LIST_OFFSETS_CHUNK, ping_timeout_s=settings.POLL_PROBE_TIMEOUT_S,
                                  config=selectors.kafka_client_config(cluster_name=cluster.name))
         warnings = [f"topic {t!r}: {why}" for t, why in sorted(result.missing.items())]
         topics_of, committed = selectors.cluster_committed(cluster=cluster, topics=list(result.by_topic))

@@ -63,12 +63,16 @@ def future_problem(store, key: PipelineKey, batch: BatchOffsets, tolerance_ms: i
 
 
 def read_store(
-    url: str, plan: ReadPlan, timeout_s: float, kafka_config: dict | None = None,
+    url: str, plan: ReadPlan, timeout_s: float, kafka_config: dict | None = None, ping_timeout_s: float | None = None,
 ) -> StoreReading:
     """Read a store's pipelines: new batches after each position, late ones in the window behind
     it; rows dated beyond the horizon reported, not read. Stores without history give their
     current state (the service decides what is new)."""
     with closing(open_store(url, timeout_s=timeout_s, kafka_config=kafka_config)) as store:
+        if ping_timeout_s and hasattr(store, "ping"):
+            # A server that does not answer holds this worker process for the ping's short
+            # timeout only, so the other sources keep their cadence (issue #11).
+            store.ping(ping_timeout_s)
         reading = StoreReading(keeps_history=store.keeps_history)
         if hasattr(store, "snapshot"):
             # Stores that only hold current offsets give every pipeline's in one pass.
@@ -132,9 +136,12 @@ def _read_history(store, key: PipelineKey, plan: ReadPlan, reading: StoreReading
 
 
 def read_watermarks(
-    bootstrap: str, topics: list[str], timeout_s: float, chunk_size: int = 500, config: dict | None = None
+    bootstrap: str, topics: list[str], timeout_s: float, chunk_size: int = 500, config: dict | None = None,
+    ping_timeout_s: float | None = None,
 ) -> WatermarkResult:
     reader = KafkaWatermarkReader(bootstrap, timeout_s=timeout_s, chunk_size=chunk_size, config=config)
+    if ping_timeout_s:
+        reader.ping(ping_timeout_s)
     return reader.watermarks(sorted(set(topics)))
 
 

@@ -125,6 +125,19 @@ class HBaseOffsetStore(StoreBase):
                 raise OffsetStoreError(self.name, what, f"HBase refused the call: {message}") from exc
             raise
 
+    def ping(self, timeout_s: float) -> None:
+        """Ask the Thrift server for its table names on a connection of its own that waits at
+        most `timeout_s`: a server that accepts connections but does not answer (frozen,
+        overloaded) fails here in that time, not after the full timeout of every later call."""
+        conn = happybase.Connection(self.host, self.port, timeout=int(timeout_s * 1000), autoconnect=False,
+                                    transport=self.transport, protocol=self.protocol)
+        try:
+            with self._calling(f"ping (no answer within {timeout_s:g} s)"):
+                conn.open()
+                conn.tables()
+        finally:
+            conn.close()
+
     def _table(self) -> happybase.Table:
         return self._connection().table(self.table_name)
 

@@ -44,13 +44,22 @@ class KafkaWatermarkReader:
         conf.update(config or {})
         self._admin = AdminClient(conf)
 
-    def _topic_metadata(self) -> dict:
+    def ping(self, timeout_s: float) -> None:
+        """Read the cluster's topic metadata, waiting at most `timeout_s`: a broker that is down
+        or does not answer fails here in that time. The metadata is kept for the next call."""
+        self._metadata = self._topic_metadata(timeout_s)
+
+    def _topic_metadata(self, timeout_s: float | None = None) -> dict:
         # Metadata of all topics in one request. Asking for one named topic can auto-create it
         # on brokers that allow auto-creation (Tansu does), turning a typo into a new topic.
+        if timeout_s is None and getattr(self, "_metadata", None) is not None:
+            metadata, self._metadata = self._metadata, None  # the ping's, read just before
+            return metadata
         try:
-            return self._admin.list_topics(timeout=self.timeout_s).topics
+            return self._admin.list_topics(timeout=timeout_s or self.timeout_s).topics
         except KafkaException as exc:
-            raise StoreUnreachable(self.name, "metadata", f"cannot read topic metadata: {exc}") from exc
+            raise StoreUnreachable(self.name, "metadata", f"cannot read topic metadata within "
+                                   f"{timeout_s or self.timeout_s:g} s: {exc}") from exc
 
     @staticmethod
     def _partitions_from(metadata: dict, name: str, topic: str) -> list[int]:

@@ -81,6 +81,14 @@ class KafkaGroupOffsetStore(StoreBase):
             self._admin = AdminClient({**self._config, "request.timeout.ms": int(self.timeout_s * 1000)})
         return self._admin
 
+    def ping(self, timeout_s: float) -> None:
+        """Read the cluster's metadata, waiting at most `timeout_s`: a broker that is down or
+        does not answer fails here in that time, not after the full timeout of each request."""
+        try:
+            self._admin_client().list_topics(timeout=timeout_s)
+        except KafkaException as exc:
+            raise StoreUnreachable(self.name, "ping", f"no answer from the brokers within {timeout_s:g} s: {exc}") from exc
+
     def close(self) -> None:
         for consumer in self._committers.values():
             consumer.close()

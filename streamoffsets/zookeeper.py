@@ -145,7 +145,13 @@ class ZooKeeperOffsetStore(StoreBase):
         return cls(hosts, parsed.path, timeout_s=timeout_s, torn_after_ms=torn_after_ms, digest_auth=auth)
 
     # --- connection -----------------------------------------------------------------------
-    def _connection(self) -> KazooClient:
+    def ping(self, timeout_s: float) -> None:
+        """Open the session, waiting at most `timeout_s` for the server: a frozen or overloaded
+        ZooKeeper fails here in that time. Later calls use the session and the full timeout."""
+        with self._calling(f"ping (no session within {timeout_s:g} s)"):
+            self._connection(start_timeout_s=timeout_s)
+
+    def _connection(self, start_timeout_s: float | None = None) -> KazooClient:
         if self._client is None:
             auth = {}
             if self.digest_auth:
@@ -153,7 +159,7 @@ class ZooKeeperOffsetStore(StoreBase):
                         "default_acl": CREATOR_ALL_ACL + READ_ACL_UNSAFE}
             client = KazooClient(hosts=self.hosts + self.chroot, timeout=self.timeout_s, **auth)
             # start() stops and closes the client itself when it times out.
-            client.start(timeout=self.timeout_s)
+            client.start(timeout=start_timeout_s or self.timeout_s)
             self._client = client
         return self._client
 

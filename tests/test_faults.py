@@ -107,8 +107,8 @@ def restart_and_recover(stack, comps, server, stores, topic, source, stored):
 
 class HeldInsideTheCall:
     """The seam that puts the cycle inside a server call when the server stops: the reader of
-    one source, once it is connected and has had its first answer (the store's pipeline list,
-    the cluster's topic metadata), waits on `proceed` before its next request to the server."""
+    one source, once it is connected and has had its first answer (a pipeline's history, the
+    cluster's topic metadata), waits on `proceed` before its next request to the server."""
 
     def __init__(self, monkeypatch, url_part: str):
         self.inside, self.proceed = threading.Event(), threading.Event()
@@ -118,19 +118,19 @@ class HeldInsideTheCall:
         def open_store(url, *args, **kwargs):
             store = real_open_store(url, *args, **kwargs)
             if url_part in url:
-                first_call = store.list_pipelines
+                first_call = store.history  # every poll reads each pipeline's history
 
-                def list_pipelines(*a, **kw):
+                def history(*a, **kw):
                     answer = first_call(*a, **kw)
                     held.hold()
                     return answer
 
-                store.list_pipelines = list_pipelines
+                store.history = history
             return store
 
         class Reader(readers.KafkaWatermarkReader):
-            def _topic_metadata(self):
-                answer = super()._topic_metadata()
+            def _topic_metadata(self, *args, **kwargs):
+                answer = super()._topic_metadata(*args, **kwargs)
                 if url_part in self.bootstrap:
                     held.hold()
                 return answer
