@@ -17,24 +17,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from localstack.deployment import Deployment  # noqa: E402
-from localstack.fault_matrix import COMPONENTS, FAULTS, format_table, run_row, sources_start  # noqa: E402
+from localstack.fault_matrix import COMPONENTS, FAULTS, FaultRun, format_table, run_row, sources_start  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--hold", type=float, default=30.0, help="seconds each fault lasts")
     parser.add_argument("--interval", type=float, default=2.0, help="poll interval (s)")
-    parser.add_argument("--io-timeout", type=float, default=2.0)
+    parser.add_argument("--io-timeout", type=float, default=5.0, help="I/O timeout (s): the product's default")
     parser.add_argument("--only", default=",".join(COMPONENTS))
     parser.add_argument("--faults", default=",".join(FAULTS))
     args = parser.parse_args()
-    dep = Deployment(Path(tempfile.mkdtemp(prefix="offsetwatch-faults-")), poll_interval_s=args.interval,
-                     io_timeout_s=args.io_timeout)
     t0 = time.monotonic()
-    dep.start()
+    dep = FaultRun.start(Path(tempfile.mkdtemp(prefix="offsetwatch-faults-")), poll_interval_s=args.interval,
+                         io_timeout_s=args.io_timeout)
     sources = sources_start(dep)
-    print(f"deployment up in {time.monotonic() - t0:.1f} s (logs: {dep.run_dir / 'logs'})", flush=True)
+    print(f"deployment up in {time.monotonic() - t0:.1f} s (logs: {dep.dep.log_dir})", flush=True)
     rows = []
     try:
         for component in args.only.split(","):

@@ -20,7 +20,7 @@ from django.conf import settings
 
 import time
 
-from dashboard.redis_keys import POLL_LOCK_PREFIX, POLLING_KEY, QUEUED_PREFIX
+from collectors.redis_keys import POLL_LOCK_PREFIX, POLLING_KEY, QUEUED_PREFIX
 
 log = logging.getLogger(__name__)
 

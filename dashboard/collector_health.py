@@ -24,7 +24,7 @@ import redis
 from django.conf import settings
 
 from dashboard.models import Cluster, SourceHealth, Store
-from dashboard.redis_keys import BEAT_SENT_KEY, POLL_LOCK_PREFIX, POLLING_KEY
+from collectors.redis_keys import BEAT_SENT_KEY, POLL_LOCK_PREFIX, POLLING_KEY
 
 COLLECTOR_PREFIX = "collector:"
 BEAT_SOURCE = "collector:beat"  # the SourceHealth row collect_all writes each time it runs

@@ -1,14 +1,37 @@
-"""Offset Watch as docker-compose deploys it, on this machine: a private PostgreSQL cluster, a
-private Redis, the local stack's Tansu, ZooKeeper and HBase stand-in, then gunicorn (web), one
-Celery worker and one beat, each a separate process in its own process group, so a fault run
-can SIGKILL, SIGSTOP/SIGCONT and restart any of them (tests/test_fault_matrix.py, bench/faults.py).
+"""The deployed topology on one machine: every process docker-compose runs, each its own process.
 
-Everything listens on loopback ports of its own; logs are under the run directory.
+A private PostgreSQL cluster and a private Redis (both on free loopback ports, so a test may
+SIGKILL or SIGSTOP them without touching the shared servers), then, as compose's services do:
+`manage.py migrate` (the one-shot `migrate` service), gunicorn serving dashboard.wsgi (`web`),
+one Celery worker on the queues collect and default (`worker`) and one `celery beat` (`beat`).
+The app processes get the environment compose gives them (OFFSETWATCH_ENV=production, the
+database and Redis URLs, a shared export directory) plus a short poll interval.
+
+Used by tests/test_deployed.py and the fault matrix (localstack/fault_matrix.py, bench/faults.py):
+
+    deployment = Deployment(tmp_dir, stack=running_stack, poll_interval_s=2)
+    deployment.start()                     # postgres, redis, migrate, web, worker, beat
+    deployment.shell("print(1)")           # `manage.py shell -c` with the app's environment
+    deployment.manage("create_user", ...)  # any management command (a CompletedProcess)
+    http = deployment.session("alice", "password")  # a logged-in HTTP session (cookies, CSRF)
+    deployment.freeze("postgres"); deployment.thaw("postgres")    # SIGSTOP / SIGCONT the group
+    deployment.kill("worker"); deployment.restart("worker")       # SIGKILL; start again
+    deployment.stop_process("postgres"); deployment.start_process("postgres")  # graceful
+    deployment.logs()                      # the tail of every log, for failure messages
+    deployment.stop()                      # everything, in reverse order
+
+Process names: postgres, redis, web, worker, beat. Each runs in its own session (process group),
+so a signal reaches its children too (PostgreSQL's backends, gunicorn's and Celery's workers).
+Logs are under `run_dir/logs/<name>.log`.
 """
 from __future__ import annotations
 
+import glob
+import http.cookiejar
 import json
 import os
+import pwd
+import secrets
 import shutil
 import signal
 import subprocess
@@ -16,275 +39,430 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
-from localstack.components import LOOPBACK, Stack, StackPorts, free_port, port_is_open, stop_process_group
+from localstack.components import LOOPBACK, free_port, port_is_open
 
 ROOT = Path(__file__).resolve().parent.parent
-PYTHON = sys.executable
+BIN = Path(sys.executable).parent
+PROCESSES = ("postgres", "redis", "web", "worker", "beat")
 
 
-def _pg_bin(name: str) -> str:
-    found = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
-    if not found:
-        raise RuntimeError(f"PostgreSQL's {name} not found under /usr/lib/postgresql (apt-get install postgresql)")
-    return str(found[-1])
+class DeploymentError(RuntimeError):
+    """A process did not start or a command failed; the message carries the relevant log tail."""
 
 
-def _as_postgres(argv: list[str]) -> list[str]:
-    """PostgreSQL refuses to run as root: run it as the postgres user when we are root."""
-    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+def _postgres_bin(name: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    if found:
+        return found[-1]
+    path = shutil.which(name)
+    if not path:
+        raise DeploymentError(f"{name}: PostgreSQL server binaries not found (apt-get install postgresql)")
+    return path
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (children first found by walking /proc's parent links)."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        parents.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+def wait_for(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.1):
+    """The first truthy value of predicate() within timeout_s, else None."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(interval_s)
 
 
 @dataclass
-class Process:
-    """One server or app process of the deployment, restartable, in its own process group."""
-
+class Proc:
     name: str
     argv: list[str]
+    env: dict[str, str]
     log: Path
-    env: dict[str, str] | None = None
-    ready: "callable | None" = None
-    proc: subprocess.Popen | None = None
-
-    def start(self, timeout_s: float = 60.0) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        self._log_offset = self.log.stat().st_size if self.log.exists() else 0
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                                         cwd=ROOT, start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while self.ready is not None and not self.ready():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; log {self.log}:\n{self.tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} not ready in {timeout_s} s; log {self.log}:\n{self.tail()}")
-            time.sleep(0.1)
-
-    def logged_since_start(self, text: str) -> bool:
-        """Whether this start's part of the log holds `text` (how a Celery process says it is up)."""
-        try:
-            with self.log.open("rb") as f:
-                f.seek(getattr(self, "_log_offset", 0))
-                return text.encode() in f.read()
-        except OSError:
-            return False
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+    is_ready: Callable[[], bool]
+    user: str | None = None
+    popen: subprocess.Popen | None = None
+    ready_timeout_s: float = 30.0
+    start_offset: int = 0  # where its log's latest start begins
 
     @property
-    def pid(self) -> int:
-        assert self.proc is not None, f"{self.name} not started"
-        return self.proc.pid
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen is not None and self.popen.poll() is None else None
 
-    def signal(self, sig: int) -> None:
-        """Signal the process group and every descendant: PostgreSQL's backends call setsid(),
-        so a group signal alone would leave them running (a "frozen" server still answering)."""
-        for pid in [self.pid, *descendants(self.pid)]:
+
+@dataclass
+class HttpSession:
+    """A browser-like client of the web process: cookies, the CSRF token on unsafe requests."""
+
+    base_url: str
+    jar: http.cookiejar.CookieJar = field(default_factory=http.cookiejar.CookieJar)
+    timeout_s: float = 15.0
+
+    def __post_init__(self):
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar), _NoRedirect())
+
+    def csrf_token(self) -> str:
+        return next((c.value for c in self.jar if c.name == "csrftoken"), "")
+
+    def request(self, method: str, path: str, data: dict | None = None, headers: dict | None = None):
+        """(status, headers, body bytes); never raises for an HTTP status."""
+        body = urllib.parse.urlencode(data or {}, doseq=True).encode() if method != "GET" else None
+        url = self.base_url + path
+        if method == "GET" and data:
+            url += "?" + urllib.parse.urlencode(data, doseq=True)
+        request = urllib.request.Request(url, data=body, method=method, headers={
+            **({"Content-Type": "application/x-www-form-urlencoded", "X-CSRFToken": self.csrf_token(),
+                "Referer": self.base_url + "/"} if method != "GET" else {}),
+            **(headers or {})})
+        try:
+            with self.opener.open(request, timeout=self.timeout_s) as response:
+                return response.status, response.headers, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers, exc.read()
+
+    def get(self, path: str, params: dict | None = None, headers: dict | None = None):
+        return self.request("GET", path, params, headers)
+
+    def post(self, path: str, data: dict | None = None, headers: dict | None = None):
+        return self.request("POST", path, data, headers)
+
+    def login(self, username: str, password: str) -> None:
+        self.get("/login/")  # the CSRF cookie
+        status, headers, _ = self.post("/login/", {"username": username, "password": password,
+                                                  "csrfmiddlewaretoken": self.csrf_token()})
+        if status != 302:
+            raise DeploymentError(f"login of {username!r} answered {status}, not a redirect")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None  # a redirect is an answer to look at, not to follow
+
+
+class Deployment:
+    """Starts, signals and stops the deployed processes under `run_dir` (see the module doc)."""
+
+    def __init__(self, run_dir: Path, *, stack=None, poll_interval_s: float = 2.0, env: dict[str, str] | None = None,
+                 web_workers: int = 2, worker_concurrency: int = 2):
+        self.run_dir = Path(run_dir)
+        self.log_dir = self.run_dir / "logs"
+        self.pg_port, self.redis_port, self.web_port = free_port(), free_port(), free_port()
+        # Outside run_dir: a root-owned temporary directory is closed to the postgres account.
+        self.pg_dir = Path(tempfile.mkdtemp(prefix="offsetwatch-pg-")) / "data"
+        self.base_url = f"http://{LOOPBACK}:{self.web_port}"
+        self.database_url = f"postgres://postgres@{LOOPBACK}:{self.pg_port}/offsetwatch"
+        self.redis_url = f"redis://{LOOPBACK}:{self.redis_port}/0"
+        self.export_dir = self.run_dir / "exports"
+        # As compose's x-app environment, with this machine's addresses and a short poll interval.
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("OFFSETWATCH_", "DJANGO_", "CELERY_"))},
+            "PYTHONPATH": str(ROOT),
+            "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+            "OFFSETWATCH_ENV": "production",
+            "OFFSETWATCH_SECRET_KEY": secrets.token_urlsafe(50),
+            "OFFSETWATCH_ALLOWED_HOSTS": f"{LOOPBACK},localhost",
+            # Plain HTTP on loopback: cookies without the Secure flag (what a trial over HTTP sets).
+            "OFFSETWATCH_SECURE_COOKIES": "false",
+            # No collectstatic (5 s): the pages use plain static names, served by nobody here.
+            "OFFSETWATCH_SERVE_STATIC": "false",
+            "DATABASE_URL": self.database_url,
+            "REDIS_URL": self.redis_url,
+            "OFFSETWATCH_RUN_DIR": str(self.run_dir / "run"),
+            "OFFSETWATCH_EXPORT_DIR": str(self.export_dir),
+            "OFFSETWATCH_POLL_INTERVAL": str(poll_interval_s),
+            "OFFSETWATCH_IO_TIMEOUT": "2",
+            "OFFSETWATCH_LOG_FORMAT": "plain",
+        }
+        if stack is not None:
+            self.env.update({"OFFSETWATCH_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
+                             "OFFSETWATCH_ZOOKEEPER_HOSTS": stack.zookeeper_hosts,
+                             "OFFSETWATCH_HBASE_URL": f"hbase://{stack.hbase_host}:{stack.hbase_port}/stream_kafka_offsets"})
+        self.env.update(env or {})
+        self.web_workers, self.worker_concurrency = web_workers, worker_concurrency
+        self.procs: dict[str, Proc] = {}
+        self.started: list[str] = []
+
+    # --- the processes --------------------------------------------------------------------------
+    def _pg_user(self) -> str | None:
+        """initdb and postgres refuse to run as root: as root, they run as the postgres account."""
+        if os.geteuid() != 0:
+            return None
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            raise DeploymentError("running as root needs a 'postgres' account for the private cluster") from None
+        return "postgres"
+
+    def _describe(self) -> dict[str, Proc]:
+        celery = str(BIN / "celery")
+        return {
+            "postgres": Proc("postgres", [
+                _postgres_bin("postgres"), "-D", str(self.pg_dir), "-p", str(self.pg_port), "-k", str(self.pg_dir),
+                "-c", f"listen_addresses={LOOPBACK}", "-c", "fsync=off", "-c", "synchronous_commit=off",
+                "-c", "full_page_writes=off", "-c", "max_connections=100"],
+                self.env, self.log_dir / "postgres.log", self._pg_ready, user=self._pg_user()),
+            "redis": Proc("redis", [
+                shutil.which("redis-server") or "redis-server", "--port", str(self.redis_port), "--bind", LOOPBACK,
+                "--save", "", "--appendonly", "no", "--dir", str(self.run_dir)],
+                self.env, self.log_dir / "redis.log", lambda: port_is_open(self.redis_port)),
+            "web": Proc("web", [
+                str(BIN / "gunicorn"), "dashboard.wsgi", f"--bind={LOOPBACK}:{self.web_port}",
+                f"--workers={self.web_workers}", "--timeout=120", "--access-logfile=-",
+                f"--forwarded-allow-ips={LOOPBACK}"],
+                self.env, self.log_dir / "web.log", lambda: port_is_open(self.web_port)),
+            "worker": Proc("worker", [
+                celery, "-A", "collectors.celery_app", "worker", "--loglevel=INFO", "-Q", "collect,default",
+                "-c", str(self.worker_concurrency), "-n", f"worker@{self.web_port}"],
+                self.env, self.log_dir / "worker.log", lambda: "ready." in self._log_text("worker", since_start=True),
+                ready_timeout_s=45),
+            "beat": Proc("beat", [
+                celery, "-A", "collectors.celery_app", "beat", "--loglevel=INFO",
+                f"--schedule={self.run_dir / 'celerybeat-schedule'}"],
+                self.env, self.log_dir / "beat.log", lambda: "beat: Starting" in self._log_text("beat", since_start=True)),
+        }
+
+    def _pg_ready(self) -> bool:
+        result = subprocess.run([_postgres_bin("pg_isready"), "-h", LOOPBACK, "-p", str(self.pg_port), "-U", "postgres",
+                                 "-d", "postgres", "-q"],
+                                check=False, capture_output=True)
+        return result.returncode == 0
+
+    def _log_text(self, name: str, since_start: bool = False) -> str:
+        try:
+            with open(self.log_dir / f"{name}.log", "rb") as log:
+                if since_start:
+                    log.seek(self.procs[name].start_offset)
+                return log.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def start(self, processes: tuple[str, ...] = PROCESSES, progress: Callable[[str], None] = lambda line: None) -> None:
+        """PostgreSQL (initdb), Redis, then migrate while web and the worker boot (neither touches
+        the database to start), then beat once the schema is there, as compose orders them.
+        Stops whatever it started if one fails."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.export_dir.mkdir(parents=True, exist_ok=True)
+        self.procs = self._describe()
+        t0 = time.monotonic()
+        try:
+            if "postgres" in processes:
+                self._initdb()
+                progress(f"postgres (initdb) ready at {time.monotonic() - t0:.1f} s")
+            if "redis" in processes:
+                self.start_process("redis")
+                progress(f"redis ready at {time.monotonic() - t0:.1f} s")
+            booting = [name for name in ("web", "worker") if name in processes]
+            for name in booting:
+                self.launch(name)
+            if "postgres" in processes:
+                self.manage("migrate", "--noinput")
+                progress(f"migrated at {time.monotonic() - t0:.1f} s")
+            for name in booting:
+                self.wait_ready(name)
+                progress(f"{name} ready at {time.monotonic() - t0:.1f} s")
+            if "beat" in processes:
+                self.start_process("beat")
+                progress(f"beat ready at {time.monotonic() - t0:.1f} s")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _initdb(self) -> None:
+        self.pg_dir.mkdir(parents=True, exist_ok=True)
+        user = self._pg_user()
+        if user:
+            shutil.chown(self.pg_dir.parent, user)
+            shutil.chown(self.pg_dir, user)
+            self.pg_dir.chmod(0o700)
+        result = subprocess.run([_postgres_bin("initdb"), "-D", str(self.pg_dir), "-A", "trust", "-U", "postgres",
+                                 "-E", "UTF8", "--no-sync", "--no-instructions"],
+                                user=user, capture_output=True, text=True, check=False, cwd="/")
+        if result.returncode:
+            raise DeploymentError(f"initdb failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        self.start_process("postgres")
+        subprocess.run([_postgres_bin("createdb"), "-h", LOOPBACK, "-p", str(self.pg_port), "-U", "postgres",
+                        "offsetwatch"], check=True, capture_output=True)
+
+    def start_process(self, name: str) -> None:
+        """Start one process (again) and wait until it is ready."""
+        self.launch(name)
+        self.wait_ready(name)
+
+    def launch(self, name: str) -> None:
+        """Start one process without waiting for it (see wait_ready)."""
+        proc = self.procs[name]
+        if proc.pid is not None:
+            raise DeploymentError(f"{name} is already running (pid {proc.pid})")
+        with open(proc.log, "ab") as log:
+            log.write(f"\n--- start {time.strftime('%H:%M:%S')} ---\n".encode())
+            log.flush()
+            proc.start_offset = log.tell()
+            proc.popen = subprocess.Popen(proc.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env=proc.env, cwd=str(ROOT) if proc.user is None else "/",
+                                          start_new_session=True, user=proc.user)
+        if name not in self.started:
+            self.started.append(name)
+
+    def wait_ready(self, name: str) -> None:
+        proc = self.procs[name]
+        if not wait_for(lambda: proc.popen.poll() is not None or proc.is_ready(), proc.ready_timeout_s):
+            raise DeploymentError(f"{name} not ready after {proc.ready_timeout_s:.0f} s\n{self.logs([name])}")
+        if proc.popen.poll() is not None:
+            raise DeploymentError(f"{name} exited with {proc.popen.returncode} while starting\n{self.logs([name])}")
+
+    def pid(self, name: str) -> int:
+        pid = self.procs[name].pid
+        if pid is None:
+            raise DeploymentError(f"{name} is not running")
+        return pid
+
+    def signal(self, name: str, sig: int) -> None:
+        """Send `sig` to the process, its group and every descendant (gunicorn's and Celery's
+        workers share its group; PostgreSQL's backends each start a session of their own)."""
+        pid = self.pid(name)
+        for target in [pid, *_descendants(pid)]:
             try:
-                os.kill(pid, sig)
+                os.kill(target, sig)
             except ProcessLookupError:
                 pass
         try:
-            os.killpg(self.pid, sig)
+            os.killpg(pid, sig)
         except ProcessLookupError:
             pass
 
-    def kill(self) -> None:
-        self.signal(signal.SIGKILL)
-        self.proc.wait(10)
+    def freeze(self, name: str) -> None:
+        self.signal(name, signal.SIGSTOP)
 
-    def freeze(self) -> None:
-        self.signal(signal.SIGSTOP)
+    def thaw(self, name: str) -> None:
+        self.signal(name, signal.SIGCONT)
 
-    def thaw(self) -> None:
-        self.signal(signal.SIGCONT)
+    def kill(self, name: str) -> None:
+        """SIGKILL the whole group (a crash: no shutdown work, nothing flushed), then reap it."""
+        proc = self.procs[name]
+        pid = self.pid(name)
+        children = _descendants(pid)
+        self.signal(name, signal.SIGKILL)
+        for target in [pid, *children]:  # a frozen process dies only once it runs again
+            try:
+                os.kill(target, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        proc.popen.wait(10)
+        wait_for(lambda: not _group_alive(pid) and not any(_exists(c) for c in children), 10)
+
+    def stop_process(self, name: str, timeout_s: float = 20.0) -> None:
+        """The graceful stop its supervisor would do (SIGINT: PostgreSQL's fast shutdown; SIGTERM
+        for the others: gunicorn's and Celery's warm shutdown); SIGKILL after timeout_s."""
+        proc = self.procs[name]
+        if proc.pid is None:
+            return
+        pid = proc.pid
+        try:
+            self.signal(name, signal.SIGCONT)  # a frozen process cannot stop
+            os.kill(pid, signal.SIGINT if name == "postgres" else signal.SIGTERM)
+            proc.popen.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        except ProcessLookupError:
+            return
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.popen.wait(10)
+        wait_for(lambda: not _group_alive(pid), 10)
+
+    def restart(self, name: str) -> None:
+        if self.procs[name].pid is not None:
+            self.stop_process(name)
+        self.start_process(name)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.thaw()
-            stop_process_group(self.proc.pid, timeout_s=10)
+        for name in reversed(self.started):
+            try:
+                self.stop_process(name, timeout_s=10)
+            except Exception:  # stopping the others matters more
+                pass
+        self.started.clear()
+        shutil.rmtree(self.pg_dir.parent, ignore_errors=True)
+
+    # --- commands and requests ------------------------------------------------------------------
+    def manage(self, *args: str, input: str | None = None, timeout_s: float = 120) -> subprocess.CompletedProcess:
+        """`python manage.py ARGS` with the app's environment; DeploymentError when it fails."""
+        result = subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=self.env, cwd=str(ROOT),
+                                input=input, capture_output=True, text=True, timeout=timeout_s, check=False)
+        if result.returncode:
+            raise DeploymentError(f"manage.py {' '.join(args)} failed ({result.returncode}):\n"
+                                  f"{result.stdout}\n{result.stderr}")
+        return result
+
+    def shell(self, code: str) -> str:
+        """Run Python in `manage.py shell -c` (Django set up, the app's environment); its stdout."""
+        return self.manage("shell", "-c", code).stdout
+
+    def shell_json(self, code: str):
+        """Run code that leaves its answer in `result`; the answer, through JSON."""
+        out = self.shell(code + "\nimport json as _j\nprint('@@' + _j.dumps(result, default=str))")
+        return json.loads(out.rsplit("@@", 1)[1])
+
+    def create_user(self, username: str, *roles: str, password: str) -> None:
+        self.manage("create_user", username, *[a for r in roles for a in ("--role", r)], "--password-stdin",
+                    input=password + "\n")
+
+    def session(self, username: str | None = None, password: str | None = None) -> HttpSession:
+        """An HTTP session with the web process, logged in when a username is given."""
+        http = HttpSession(self.base_url)
+        if username:
+            http.login(username, password or "")
+        return http
+
+    def logs(self, names: list[str] | None = None, lines: int = 40) -> str:
+        """The last `lines` of each process's log, for a failure message."""
+        parts = []
+        for name in names or list(self.procs):
+            text = self._log_text(name).splitlines()[-lines:]
+            parts.append(f"--- {name} ({self.log_dir / (name + '.log')}) ---\n" + "\n".join(text))
+        return "\n".join(parts)
 
 
-@dataclass
-class Deployment:
-    run_dir: Path
-    poll_interval_s: float = 2.0
-    io_timeout_s: float = 2.0
-    web_port: int = field(default_factory=free_port)
-    pg_port: int = field(default_factory=free_port)
-    redis_port: int = field(default_factory=free_port)
-    processes: dict[str, Process] = field(default_factory=dict)
-    stack: Stack | None = None
-    api_token: str = ""
-    pg_dir: Path | None = None
-
-    # --- the servers -------------------------------------------------------------------------------------------
-    def _postgres(self) -> Process:
-        if self.pg_dir is None:
-            # Its own directory under /tmp: the postgres user must reach it (pytest's are root-only).
-            self.pg_dir = Path(tempfile.mkdtemp(prefix="offsetwatch-pg-"))
-            os.chmod(self.pg_dir, 0o755)
-        data, sockets = self.pg_dir / "data", self.pg_dir / "sockets"
-        if not data.exists():
-            data.mkdir(parents=True)
-            sockets.mkdir(parents=True, exist_ok=True)
-            if os.geteuid() == 0:
-                shutil.chown(data, "postgres", "postgres")
-                shutil.chown(sockets, "postgres", "postgres")
-            subprocess.run(_as_postgres([_pg_bin("initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
-                                         "--no-sync"]), check=True, capture_output=True)
-        argv = _as_postgres([_pg_bin("postgres"), "-D", str(data), "-p", str(self.pg_port), "-h", LOOPBACK,
-                             "-k", str(sockets), "-c", "fsync=off", "-c", "max_connections=100"])
-        return Process("postgres", argv, self.run_dir / "logs" / "postgres.log",
-                       ready=lambda: port_is_open(self.pg_port) and self._pg_accepts())
-
-    def _pg_accepts(self) -> bool:
-        result = subprocess.run([_pg_bin("pg_isready"), "-q", "-h", LOOPBACK, "-p", str(self.pg_port)])
-        return result.returncode == 0
-
-    def _redis(self) -> Process:
-        argv = ["redis-server", "--port", str(self.redis_port), "--bind", LOOPBACK, "--save", "", "--appendonly", "no",
-                "--dir", str(self.run_dir)]
-        return Process("redis", argv, self.run_dir / "logs" / "redis.log", ready=lambda: port_is_open(self.redis_port))
-
-    @property
-    def database_url(self) -> str:
-        return f"postgres://postgres@{LOOPBACK}:{self.pg_port}/offsetwatch"
-
-    @property
-    def redis_url(self) -> str:
-        return f"redis://{LOOPBACK}:{self.redis_port}/0"
-
-    @property
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETWATCH_")}
-        env.update({
-            "DJANGO_SETTINGS_MODULE": "dashboard.settings",
-            "DATABASE_URL": self.database_url,
-            "REDIS_URL": self.redis_url,
-            "OFFSETWATCH_POLL_INTERVAL": str(self.poll_interval_s),
-            "OFFSETWATCH_IO_TIMEOUT": str(self.io_timeout_s),
-            "OFFSETWATCH_ALLOWED_HOSTS": "127.0.0.1,localhost",
-            "OFFSETWATCH_CELERY_CONCURRENCY": "2",
-            "PYTHONUNBUFFERED": "1",
-        })
-        return env
-
-    def manage(self, *args: str, stdin: str | None = None) -> str:
-        result = subprocess.run([PYTHON, "manage.py", *args], cwd=ROOT, env=self.env, input=stdin,
-                                capture_output=True, text=True, timeout=120)
-        if result.returncode != 0:
-            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-        return result.stdout
-
-    # --- the app processes -------------------------------------------------------------------------------------
-    def _web(self) -> Process:
-        argv = [str(Path(PYTHON).parent / "gunicorn"), "dashboard.wsgi", f"--bind={LOOPBACK}:{self.web_port}",
-                "--workers=2", "--timeout=60", "--graceful-timeout=2"]
-        return Process("web", argv, self.run_dir / "logs" / "web.log", env=self.env,
-                       ready=lambda: port_is_open(self.web_port))
-
-    def _worker(self) -> Process:
-        argv = [PYTHON, "-m", "celery", "-A", "collectors.celery_app", "worker", "--loglevel=INFO", "-c", "2",
-                "-n", f"worker-{self.web_port}@%h", "--without-gossip", "--without-mingle"]
-        proc = Process("worker", argv, self.run_dir / "logs" / "worker.log", env=self.env)
-        proc.ready = lambda: proc.logged_since_start(" ready.")
-        return proc
-
-    def _beat(self) -> Process:
-        argv = [PYTHON, "-m", "celery", "-A", "collectors.celery_app", "beat", "--loglevel=INFO",
-                f"--schedule={self.run_dir / 'celerybeat-schedule'}"]
-        proc = Process("beat", argv, self.run_dir / "logs" / "beat.log", env=self.env)
-        proc.ready = lambda: proc.logged_since_start("beat: Starting")
-        return proc
-
-    # --- lifecycle ------------------------------------------------------------------------------------------------
-    def start(self) -> "Deployment":
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.stack = Stack(self.run_dir / "stack", StackPorts(kafka=free_port(), hbase=free_port(),
-                                                              zookeeper=free_port(), redis=0), with_redis=False)
-        self.stack.log_dir.mkdir(parents=True, exist_ok=True)
-        self.stack.pid_dir.mkdir(parents=True, exist_ok=True)
-        for comp in self.stack.components():
-            if comp.name != "redis":
-                self.stack.start_component(comp, progress=lambda line: None)
-        for make in (self._postgres, self._redis):
-            proc = make()
-            self.processes[proc.name] = proc
-            proc.start()
-        subprocess.run([_pg_bin("createdb"), "-h", LOOPBACK, "-p", str(self.pg_port), "-U", "postgres", "offsetwatch"],
-                       check=True, capture_output=True)
-        self.manage("migrate", "--noinput")
-        self.manage("create_user", "watcher", "--role", "viewer")
-        self.api_token = self.manage("issue_api_token", "--user", "watcher", "--name", "fault-run").strip().split()[-1]
-        for make in (self._web, self._worker, self._beat):
-            proc = make()
-            self.processes[proc.name] = proc
-            proc.start()
-        return self
-
-    def stop(self) -> None:
-        for name in ("beat", "worker", "web", "redis", "postgres"):
-            if name in self.processes:
-                self.processes[name].stop()
-        if self.stack is not None:
-            for comp in reversed(self.stack.components()):
-                if comp.name != "redis":
-                    self.stack.stop_component(comp.name)
-        if self.pg_dir is not None:
-            shutil.rmtree(self.pg_dir, ignore_errors=True)
-
-    # --- the local stack's servers as processes -----------------------------------------------------------------
-    def server_pid(self, name: str) -> int:
-        pid = self.stack.running_pid(name)
-        if pid is None:
-            raise RuntimeError(f"{name} is not running")
-        return pid
-
-    def restart_server(self, name: str) -> None:
-        comp = next(c for c in self.stack.components() if c.name == name)
-        self.stack.start_component(comp, progress=lambda line: None)
-
-    # --- HTTP ------------------------------------------------------------------------------------------------------
-    def get(self, path: str, timeout_s: float = 3.0) -> tuple[int, dict | str]:
-        """(status, JSON or text) of a GET with the API token; status 0 when nothing answered."""
-        request = urllib.request.Request(f"http://{LOOPBACK}:{self.web_port}{path}",
-                                         headers={"Authorization": f"Bearer {self.api_token}"})
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of pid (from /proc), children first."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                status, body = response.status, response.read()
-        except urllib.error.HTTPError as exc:
-            status, body = exc.code, exc.read()
-        except (urllib.error.URLError, OSError, TimeoutError):
-            return 0, ""
-        try:
-            return status, json.loads(body)
-        except ValueError:
-            return status, body.decode("utf-8", "replace")
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(0), [])
+        found.extend(children)
+        todo.extend(children)
+    return found
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True

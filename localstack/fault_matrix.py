@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from localstack.components import LOOPBACK
-from localstack.deployment import Deployment
+from localstack.components import LOOPBACK, Stack, StackPorts, free_port
+from localstack.deployment import Deployment, wait_for
 
 COMPONENTS = ("broker", "zookeeper", "hbase", "redis", "postgres", "worker", "beat", "web")
 FAULTS = ("kill", "freeze")
@@ -32,6 +32,82 @@ AFFECTS = {
 }
 # The local stack's name for each server component.
 SERVER_NAMES = {"broker": "kafka", "zookeeper": "zookeeper", "hbase": "hbase"}
+
+
+@dataclass
+class LocalStack:
+    """The local stack's addresses in the form Deployment takes (as tests' RunningStack)."""
+
+    kafka_bootstrap: str
+    zookeeper_hosts: str
+    hbase_host: str
+    hbase_port: int
+
+
+@dataclass
+class FaultRun:
+    """A deployment on its own local stack (Tansu, ZooKeeper, the HBase stand-in), all of which
+    the matrix may kill or freeze, and an API token to watch it with."""
+
+    dep: Deployment
+    stack: Stack
+    poll_interval_s: float
+    api_token: str = ""
+
+    @classmethod
+    def start(cls, run_dir: Path, *, poll_interval_s: float, io_timeout_s: float) -> "FaultRun":
+        stack = Stack(run_dir / "stack", StackPorts(kafka=free_port(), hbase=free_port(), zookeeper=free_port(),
+                                                    redis=0), with_redis=False)
+        stack.log_dir.mkdir(parents=True, exist_ok=True)
+        stack.pid_dir.mkdir(parents=True, exist_ok=True)
+        servers = [c for c in stack.components() if c.name != "redis"]
+        for comp in servers:
+            stack.start_component(comp, progress=lambda line: None)
+        addresses = LocalStack(f"{LOOPBACK}:{stack.ports.kafka}", f"{LOOPBACK}:{stack.ports.zookeeper}", LOOPBACK,
+                               stack.ports.hbase)
+        dep = Deployment(run_dir / "deployment", stack=addresses, poll_interval_s=poll_interval_s,
+                         env={"OFFSETWATCH_IO_TIMEOUT": str(io_timeout_s)})
+        run = cls(dep, stack, poll_interval_s)
+        try:
+            dep.start()
+            dep.manage("create_user", "watcher", "--role", "viewer")
+            run.api_token = dep.manage("issue_api_token", "--user", "watcher", "--name", "fault-run").stdout.split()[-1]
+        except BaseException:
+            run.stop()
+            raise
+        return run
+
+    def stop(self) -> None:
+        self.dep.stop()
+        for comp in reversed(self.stack.components()):
+            if comp.name != "redis":
+                self.stack.stop_component(comp.name)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.dep.run_dir
+
+    def get(self, path: str, timeout_s: float = 3.0) -> tuple[int, dict | str]:
+        """(status, JSON or text) of a GET with the API token; status 0 when nothing answered."""
+        import urllib.error
+        import urllib.request
+
+        request = urllib.request.Request(f"{self.dep.base_url}{path}",
+                                         headers={"Authorization": f"Bearer {self.api_token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                status, body = response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            status, body = exc.code, exc.read()
+        except (urllib.error.URLError, OSError, TimeoutError):
+            return 0, ""
+        try:
+            return status, json.loads(body)
+        except ValueError:
+            return status, body.decode("utf-8", "replace")
+
+    def shell_lines(self, code: str, stdin: str) -> str:
+        return self.dep.manage("shell", "-c", code, input=stdin).stdout
 
 
 @dataclass
@@ -75,7 +151,7 @@ print(json.dumps({"cluster": cluster.pk, "stores": stores}))
 """
 
 
-def sources_start(dep: Deployment, *, every_s: float = 1.0) -> Sources:
+def sources_start(dep: FaultRun, *, every_s: float = 1.0) -> Sources:
     """A topic, four stores registered in the dashboard, and the known writer saving to them."""
     from pipeline.producer import ensure_topic
 
@@ -91,7 +167,7 @@ def sources_start(dep: Deployment, *, every_s: float = 1.0) -> Sources:
         "file": f"file://{dep.run_dir / 'files'}",
     }
     kinds = {"hbase": "hbase", "zookeeper": "zookeeper", "kafka": "kafka", "file": "file"}
-    created = json.loads(dep.manage("shell", "-c", SETUP, stdin=json.dumps(
+    created = json.loads(dep.shell_lines(SETUP, json.dumps(
         {"bootstrap": bootstrap, "urls": urls, "kinds": kinds})).strip().splitlines()[-1])
     sources = Sources(topic, "etl", created["cluster"], created["stores"], urls, dep.run_dir / "ledger.jsonl")
     argv = [sys.executable, "-m", "localstack.known_writer", "--ledger", str(sources.ledger), "--topic", topic,
@@ -108,7 +184,7 @@ class Sampler(threading.Thread):
     """Every `every_s`: the collectors API as people see it, and each source's last poll from
     PostgreSQL directly (so polls are counted while the web is down)."""
 
-    def __init__(self, dep: Deployment, every_s: float = 0.25):
+    def __init__(self, dep: FaultRun, every_s: float = 0.25):
         super().__init__(daemon=True, name="fault-sampler")
         self.dep, self.every_s = dep, every_s
         self.api: list[tuple[float, int, dict | str]] = []
@@ -141,7 +217,7 @@ class Sampler(threading.Thread):
         import psycopg
 
         try:
-            with psycopg.connect(self.dep.database_url.replace("postgres://", "postgresql://"), connect_timeout=1,
+            with psycopg.connect(self.dep.dep.database_url.replace("postgres://", "postgresql://"), connect_timeout=1,
                                  autocommit=True) as conn:
                 rows = conn.execute("SELECT source, last_attempt_at FROM dashboard_sourcehealth "
                                     "WHERE last_attempt_at IS NOT NULL").fetchall()
@@ -193,49 +269,49 @@ def wait_until(predicate, timeout_s: float, every_s: float = 0.2) -> bool:
     return False
 
 
-def _in_flight(dep: Deployment, source: str) -> bool:
+def _in_flight(dep: FaultRun, source: str) -> bool:
     """A poll of `source` is running now (its lock is held in Redis)."""
     import redis
 
     try:
-        return bool(redis.Redis.from_url(dep.redis_url, socket_timeout=0.5).exists(f"offsetwatch:poll:{source}"))
+        return bool(redis.Redis.from_url(dep.dep.redis_url, socket_timeout=0.5).exists(f"offsetwatch:poll:{source}"))
     except redis.RedisError:
         return False
 
 
-def apply_fault(dep: Deployment, component: str, fault: str) -> None:
-    if component in SERVER_NAMES:
-        import os
-        import signal
+def apply_fault(run: FaultRun, component: str, fault: str) -> None:
+    import os
+    import signal
 
+    if component in SERVER_NAMES:
         name = SERVER_NAMES[component]
-        pid = dep.server_pid(name)
+        pid = run.stack.running_pid(name)
         if fault == "kill":
             os.killpg(pid, signal.SIGKILL)
-            wait_until(lambda: dep.stack.running_pid(name) is None, 10)
+            wait_for(lambda: run.stack.running_pid(name) is None, 10)
         else:
             os.killpg(pid, signal.SIGSTOP)
         return
-    proc = dep.processes[component]
-    proc.kill() if fault == "kill" else proc.freeze()
+    run.dep.kill(component) if fault == "kill" else run.dep.freeze(component)
 
 
-def restore(dep: Deployment, component: str, fault: str) -> None:
+def restore(run: FaultRun, component: str, fault: str) -> None:
+    """The component back: a killed one restarted (and ready), a frozen one thawed."""
+    import os
+    import signal
+
     if component in SERVER_NAMES:
-        import os
-        import signal
-
         name = SERVER_NAMES[component]
         if fault == "kill":
-            dep.restart_server(name)
+            comp = next(c for c in run.stack.components() if c.name == name)
+            run.stack.start_component(comp, progress=lambda line: None)
         else:
-            os.killpg(dep.server_pid(name), signal.SIGCONT)
+            os.killpg(run.stack.running_pid(name), signal.SIGCONT)
         return
-    proc = dep.processes[component]
-    proc.start() if fault == "kill" else proc.thaw()
+    run.dep.start_process(component) if fault == "kill" else run.dep.thaw(component)
 
 
-def run_row(dep: Deployment, sources: Sources, component: str, fault: str, *, hold_s: float,
+def run_row(dep: FaultRun, sources: Sources, component: str, fault: str, *, hold_s: float,
             settle_s: float | None = None) -> Row:
     """One fault: wait for health, measure the cadence before, apply the fault (while a poll of
     the affected source is in flight where there is one), hold it, restore, measure."""
@@ -294,7 +370,7 @@ def run_row(dep: Deployment, sources: Sources, component: str, fault: str, *, ho
     return row
 
 
-def _refill_memory_server(dep: Deployment, sources: Sources, component: str) -> None:
+def _refill_memory_server(dep: FaultRun, sources: Sources, component: str) -> None:
     """Tansu and the HBase stand-in keep nothing over a restart (a real broker and HBase do): put
     the topic back; the writer goes on saving to the store."""
     if component == "broker":
@@ -315,7 +391,7 @@ print(json.dumps(out))
 """
 
 
-def batches_compared(dep: Deployment, sources: Sources) -> tuple[int, int, list[str]]:
+def batches_compared(dep: FaultRun, sources: Sources) -> tuple[int, int, list[str]]:
     """(lost, duplicated, notes): a batch the store still holds (HBase: every row; the others:
     the current offsets) that is not in the database, or is there twice (the same offsets
     recorded again after a different state, for the sample stores; the same row for HBase)."""
@@ -333,8 +409,8 @@ def batches_compared(dep: Deployment, sources: Sources) -> tuple[int, int, list[
         os.kill(sources.writer.pid, signal.SIGCONT)
 
 
-def _compare(dep: Deployment, sources: Sources, open_store) -> tuple[int, int, list[str]]:
-    recorded = json.loads(dep.manage("shell", "-c", COMPARE, stdin=json.dumps(
+def _compare(dep: FaultRun, sources: Sources, open_store) -> tuple[int, int, list[str]]:
+    recorded = json.loads(dep.shell_lines(COMPARE, json.dumps(
         {"stores": sources.stores, "topic": sources.topic, "group": sources.group})).strip().splitlines()[-1])
     lost = duplicated = 0
     notes = []

@@ -91,7 +91,7 @@ def collectors_ticking(db):
     from django.utils import timezone
 
     from dashboard import collector_health, services
-    from dashboard.redis_keys import BEAT_SENT_KEY
+    from collectors.redis_keys import BEAT_SENT_KEY
 
     try:
         redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2).delete(BEAT_SENT_KEY)

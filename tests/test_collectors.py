@@ -223,7 +223,7 @@ def beat_sent(at) -> None:
     import redis
     from django.conf import settings
 
-    from dashboard.redis_keys import BEAT_SENT_KEY
+    from collectors.redis_keys import BEAT_SENT_KEY
 
     client = redis.Redis.from_url(settings.REDIS_URL)
     if at is None:

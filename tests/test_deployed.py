@@ -1,5 +1,5 @@
 """The deployed topology: gunicorn, one Celery worker, one beat, a private PostgreSQL and Redis, each
-its own process as docker-compose runs them (tests/deployed.py), against the session's local stack.
+its own process as docker-compose runs them (localstack/deployment.py), against the session's local stack.
 
 What crosses a process boundary is tested here: a background export asked for on a page is
 written by the worker and downloaded through web; an approved rewind's notification, sent from
@@ -25,7 +25,7 @@ from pipeline.producer import ensure_topic, produce
 from streamoffsets.dashboard_client import DashboardClient, DashboardError
 from streamoffsets.hbase import HBaseOffsetStore
 from streamoffsets.types import BatchOffsets
-from tests.deployed import ROOT, Deployment, wait_for
+from localstack.deployment import ROOT, Deployment, wait_for
 
 pytestmark = pytest.mark.deployed
 
@@ -240,3 +240,12 @@ def test_every_process_binds_the_tasks_to_the_projects_celery_app(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
                          check=True, timeout=60).stdout.split()
     assert out == ["offsetwatch", "redis://127.0.0.1:6399/7", "redis://127.0.0.1:6399/7"]
+
+
+def test_the_celery_app_imports_first_as_worker_and_beat_load_it():
+    """`celery -A collectors.celery_app` imports the app before Django: the app's own imports
+    must not come back to it through the dashboard package (a cycle once stopped beat)."""
+    code = "import collectors.celery_app as m; print(m.app.main)"
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "dashboard.settings"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.split() == ["offsetwatch"], out.stderr

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from localstack.deployment import Deployment
-from localstack.fault_matrix import COMPONENTS, FAULTS, Row, format_table, run_row, sources_start
+from localstack.fault_matrix import COMPONENTS, FAULTS, FaultRun, Row, format_table, run_row, sources_start
 
 pytestmark = pytest.mark.deployed
 
@@ -24,9 +23,8 @@ SAMPLER_S = 0.25  # how often the test looks: a measured time is late by up to t
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
-    dep = Deployment(tmp_path_factory.mktemp("fault-matrix"), poll_interval_s=INTERVAL_S, io_timeout_s=5.0)
+    dep = FaultRun.start(tmp_path_factory.mktemp("fault-matrix"), poll_interval_s=INTERVAL_S, io_timeout_s=5.0)
     try:
-        dep.start()
         sources = sources_start(dep, every_s=1.0)
     except Exception:
         dep.stop()
