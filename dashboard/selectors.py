@@ -37,7 +37,9 @@ def store_read_plan(*, store: Store, now: datetime) -> ReadPlan:
     plan = ReadPlan(
         now_ms=now_ms, future_tolerance_ms=int(settings.FUTURE_BATCH_TOLERANCE_S * 1000),
         late_window_ms=int(settings.LATE_BATCH_WINDOW_S * 1000), max_batches=settings.MAX_BATCHES_PER_CYCLE,
-        discover=store.discovered_at is None
+        # Listing an HBase table is a skip scan over its row keys (and every malformed key): it
+        # runs every STORE_DISCOVERY_INTERVAL_S; the other stores list cheaply at every poll.
+        discover=store.kind != Store.Kind.HBASE or store.discovered_at is None
         or (now - store.discovered_at).total_seconds() >= settings.STORE_DISCOVERY_INTERVAL_S,
     )
     rows = store.pipelines.all()

@@ -149,7 +149,7 @@ def store_reading_record(*, store: Store, reading: StoreReading, now_ms: int | N
     Batch.objects.filter(now_committed).update(committed=True)
     _problems_record(store, problems)
     _history_importing_record(store, reading.more)
-    if reading.discovered:
+    if reading.discovered and reading.pipelines:  # a store still empty is listed again next poll
         Store.objects.filter(pk=store.pk).update(discovered_at=timezone.now())
     return len(rows)
 

@@ -305,8 +305,9 @@ FUTURE_BATCH_TOLERANCE_S = env_float("OFFSETWATCH_FUTURE_BATCH_TOLERANCE", 3600.
 # Rows that arrive late (a batch time older than the newest imported: a slow writer, a clock
 # step back) are looked for this far behind each pipeline's newest batch at every poll.
 LATE_BATCH_WINDOW_S = env_float("OFFSETWATCH_LATE_BATCH_WINDOW", 600.0)
-# How often a store is listed for new pipelines (a full key scan for HBase); polls in between
-# read the pipelines already known, so rows that are not pipelines are not re-scanned each poll.
+# How often an HBase store is listed for new pipelines (a skip scan over its row keys); polls in
+# between read the pipelines already known, so malformed rows are not re-scanned at each poll.
+# Other stores list cheaply at every poll; a store with no pipeline yet is listed at every poll.
 STORE_DISCOVERY_INTERVAL_S = env_float("OFFSETWATCH_STORE_DISCOVERY_INTERVAL", 60.0)
 
 # Evaluation: samples in the status window; a pipeline with no batch for this many of its own

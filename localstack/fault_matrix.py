@@ -428,6 +428,9 @@ def _compare(dep: FaultRun, sources: Sources, open_store) -> tuple[int, int, lis
             last = rows[-1][1] if rows else None
             wanted = {str(p): o for p, o in current.offsets.items()} if current else None
             missing = set() if wanted is None or last == wanted else {current.batch_time_ms}
+            if missing:
+                notes.append(f"{kind}: the store holds {wanted} (batch time {current.batch_time_ms}), the database's "
+                             f"newest is {last} (batch time {rows[-1][0] if rows else None})")
             dups = sum(1 for a, b in zip(offsets, offsets[1:]) if a == b)
         if missing:
             notes.append(f"{kind}: {len(missing)} batch(es) the store holds are not in the database")
