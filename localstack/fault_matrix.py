@@ -326,7 +326,7 @@ def run_row(dep: FaultRun, sources: Sources, component: str, fault: str, *, hold
             row.notes.append("not healthy before the fault: " + json.dumps(sampler.api[-1][2])[:500])
             return row
         before_start = time.monotonic()
-        time.sleep(3 * interval)
+        time.sleep(2 * interval)
         before_end = time.monotonic()
         if component in SERVER_NAMES:  # really during: a poll of the source is inside its call
             affected = [ids[s] for s in AFFECTS[component]]
@@ -403,7 +403,7 @@ def batches_compared(dep: FaultRun, sources: Sources) -> tuple[int, int, list[st
     # The writer pauses so the collectors can catch up with what the stores hold.
     os.kill(sources.writer.pid, signal.SIGSTOP)
     try:
-        time.sleep(2.5 * dep.poll_interval_s)
+        time.sleep(2 * dep.poll_interval_s)
         return _compare(dep, sources, open_store)
     finally:
         os.kill(sources.writer.pid, signal.SIGCONT)
