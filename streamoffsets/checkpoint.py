@@ -60,7 +60,7 @@ from urllib.parse import quote
 
 from streamoffsets.errors import MalformedRecord, OffsetStoreError, ReadOnlyStore, StoreUnreachable
 from streamoffsets.offsetfile import check_component
-from streamoffsets.store import StoreBase, local_path_from_url
+from streamoffsets.store import StoreBase, local_path_from_url, require_listable
 from streamoffsets.types import BatchOffsets, HistoryPage, PipelineKey, RowProblem
 
 OFFSETS_VERSIONS = (1, 2)  # Spark 4.3 reads offsets logs up to v2
@@ -493,14 +493,7 @@ class CheckpointStore(StoreBase):
         """
         found: set[PipelineKey] = set()
         problems: list[RowProblem] = []
-        # A path that cannot be listed (an unmounted share, a typo) fails the read, not an empty one.
-        try:
-            with os.scandir(self.path):
-                pass
-        except FileNotFoundError as exc:
-            raise StoreUnreachable(self.name, str(self.path), "directory does not exist") from exc
-        except OSError as exc:
-            raise StoreUnreachable(self.name, str(self.path), f"cannot list the directory: {exc}") from exc
+        require_listable(self.name, self.path, "directory")
         for group, directory in self.checkpoints(problems):
             start_topic = self._start_topic(directory, problems)
             if start_topic is not None:

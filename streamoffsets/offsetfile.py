@@ -50,7 +50,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 from streamoffsets.errors import MalformedRecord, OffsetStoreError, StoreUnreachable
-from streamoffsets.store import StoreBase, local_path_from_url
+from streamoffsets.store import StoreBase, local_path_from_url, require_listable
 from streamoffsets.types import BatchOffsets, HistoryPage, PipelineKey, RowProblem
 
 FILE_NAME = "gtoffset"
@@ -288,15 +288,7 @@ class OffsetFileStore(StoreBase):
         """
         found: list[PipelineKey] = []
         problems: list[RowProblem] = []
-        # A root that cannot be listed (an unmounted share, a typo) fails the read: reporting
-        # it as a store holding no pipelines would read as a healthy, empty store.
-        try:
-            with os.scandir(self.root):
-                pass
-        except FileNotFoundError as exc:
-            raise StoreUnreachable(self.name, str(self.root), "root directory does not exist") from exc
-        except OSError as exc:
-            raise StoreUnreachable(self.name, str(self.root), f"cannot list the root directory: {exc}") from exc
+        require_listable(self.name, self.root, "root directory")
         for group_dir in self._subdirs(self.root, problems):
             group = decode_component(group_dir.name)
             for topic_dir in self._subdirs(group_dir, problems):

@@ -14,9 +14,11 @@ Thrift server's; default buffered, binary), `zk://user:password@hosts/chroot` (d
 """
 from __future__ import annotations
 
+import os
 from typing import Protocol, runtime_checkable
 from urllib.parse import unquote, urlparse
 
+from streamoffsets.errors import StoreUnreachable
 from streamoffsets.types import BatchOffsets, HistoryPage, PipelineKey, RowProblem
 
 
@@ -56,6 +58,18 @@ class StoreBase:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def require_listable(store_name: str, path, what: str) -> None:
+    """A local directory a store reads must be listable: an unmounted share or a typo fails the
+    read (StoreUnreachable) instead of reading as a healthy store holding no pipelines."""
+    try:
+        with os.scandir(path):
+            pass
+    except FileNotFoundError as exc:
+        raise StoreUnreachable(store_name, str(path), f"{what} does not exist") from exc
+    except OSError as exc:
+        raise StoreUnreachable(store_name, str(path), f"cannot list the {what}: {exc}") from exc
 
 
 def local_path_from_url(url: str, scheme: str, what: str) -> str:

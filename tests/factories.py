@@ -123,3 +123,30 @@ def samples_bulk(pipeline, *, start, step_s: float, count: int, highs, committed
             marks, lags = [], []
     WatermarkSample.objects.bulk_create(marks)
     LagSample.objects.bulk_create(lags)
+
+
+REPLAY_T0 = 1_700_000_000_000
+
+
+def approved_replay(stack, unique_name, tmp_path) -> dict:
+    """A topic with 10 records per partition; the job's offset file holds {0: 10, 1: 10}; the
+    dashboard knows two batches ({4, 4} then {10, 10}) and the watermarks; a rewind to the first
+    one requested by olga and approved by amir; a pipeline token for the job."""
+    from dashboard.rewinds import rewind_decide, rewind_request
+    from dashboard.roles import APPROVER, OPERATOR
+    from streamoffsets.offsetfile import OffsetFileStore
+
+    topic, group = unique_name("orders"), "etl"
+    ensure_topic(stack.kafka_bootstrap, topic, 2)
+    produce(stack.kafka_bootstrap, topic, 2, 20)
+    root = tmp_path / "offsets"
+    OffsetFileStore(root).save_batch(BatchOffsets(topic, group, REPLAY_T0 + 10_000, {0: 10, 1: 10}))
+    cluster = services.cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers=stack.kafka_bootstrap)
+    store = services.store_get_or_create(name=unique_name("file"), kind="file", url=f"file://{root}", cluster=cluster)
+    pipeline = offline_pipeline(unique_name, partitions={0: (0, 10), 1: (0, 10)}, group=group, topic=topic, store=store,
+                                batches=[(REPLAY_T0, {0: 4, 1: 4}), (REPLAY_T0 + 10_000, {0: 10, 1: 10})])
+    rewind = rewind_request(pipeline=pipeline, user=person("olga", OPERATOR), kind="batch",
+                            spec={"batch_time_ms": REPLAY_T0}, reason="replay")
+    rewind = rewind_decide(rewind=rewind, user=person("amir", APPROVER), approve=True)
+    token = services.pipeline_token_issue(pipeline=pipeline, name="job")[1]
+    return {"topic": topic, "group": group, "root": root, "rewind": rewind, "token": token, "pipeline": pipeline}

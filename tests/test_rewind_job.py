@@ -36,7 +36,7 @@ from streamoffsets.offsetfile import OffsetFileStore
 from streamoffsets.restart import StartRefused, restart
 from streamoffsets.store import open_store
 from streamoffsets.types import BatchOffsets, Watermarks
-from tests.factories import offline_pipeline, person, writable_store_url
+from tests.factories import approved_replay, offline_pipeline, person, writable_store_url
 
 STORE_KINDS = ["hbase", "zookeeper", "kafka", "file"]
 # Stores that keep only their current offsets: the collectors' samples are their history, so
@@ -167,21 +167,8 @@ def replay(stack, unique_name, tmp_path):
     """A topic with 10 records per partition; the job's offset file holds {0: 10, 1: 10}; the
     dashboard knows two batches ({4, 4} then {10, 10}) and the watermarks; rewind to the first
     one requested by olga and approved by amir. Yields what the tests need."""
-    topic, group = unique_name("orders"), "etl"
-    ensure_topic(stack.kafka_bootstrap, topic, 2)
-    produce(stack.kafka_bootstrap, topic, 2, 20)
-    root = tmp_path / "offsets"
-    OffsetFileStore(root).save_batch(BatchOffsets(topic, group, T0 + 10_000, {0: 10, 1: 10}))
-    cluster = services.cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers=stack.kafka_bootstrap)
-    store = services.store_get_or_create(name=unique_name("file"), kind="file", url=f"file://{root}", cluster=cluster)
-    pipeline = offline_pipeline(unique_name, partitions={0: (0, 10), 1: (0, 10)}, group=group, topic=topic, store=store,
-                                batches=[(T0, {0: 4, 1: 4}), (T0 + 10_000, {0: 10, 1: 10})])
-    rewind = rewind_request(pipeline=pipeline, user=person("olga", OPERATOR), kind="batch",
-                            spec={"batch_time_ms": T0}, reason="replay")
-    rewind = rewind_decide(rewind=rewind, user=person("amir", APPROVER), approve=True)
-    token = services.pipeline_token_issue(pipeline=pipeline, name="job")[1]
-    return {"topic": topic, "group": group, "root": root, "rewind": rewind, "token": token, "pipeline": pipeline,
-            "watermarks": KafkaWatermarkReader(stack.kafka_bootstrap).topic_watermarks}
+    world = approved_replay(stack, unique_name, tmp_path)
+    return {**world, "watermarks": KafkaWatermarkReader(stack.kafka_bootstrap).topic_watermarks}
 
 
 @pytest.mark.parametrize("policy", ["proceed", "wait"])

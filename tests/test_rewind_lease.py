@@ -30,7 +30,7 @@ from streamoffsets.kafka import KafkaWatermarkReader
 from streamoffsets.offsetfile import OffsetFileStore
 from streamoffsets.restart import StartRefused, restart
 from streamoffsets.types import BatchOffsets
-from tests.factories import offline_pipeline, person
+from tests.factories import approved_replay, offline_pipeline, person
 
 T0 = 1_700_000_000_000
 pytestmark = pytest.mark.django_db(transaction=True)  # the live server's threads must see the rows
@@ -41,26 +41,15 @@ def replay(stack, unique_name, tmp_path):
     """A topic with 10 records per partition; the job's offset file holds {0: 10, 1: 10}; the
     dashboard knows two batches ({4, 4} then {10, 10}); a rewind to the first one requested by
     olga and approved by amir."""
-    topic, group = unique_name("orders"), "etl"
-    ensure_topic(stack.kafka_bootstrap, topic, 2)
-    produce(stack.kafka_bootstrap, topic, 2, 20)
-    root = tmp_path / "offsets"
-    OffsetFileStore(root).save_batch(BatchOffsets(topic, group, T0 + 10_000, {0: 10, 1: 10}))
-    cluster = services.cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers=stack.kafka_bootstrap)
-    store = services.store_get_or_create(name=unique_name("file"), kind="file", url=f"file://{root}", cluster=cluster)
-    pipeline = offline_pipeline(unique_name, partitions={0: (0, 10), 1: (0, 10)}, group=group, topic=topic, store=store,
-                                batches=[(T0, {0: 4, 1: 4}), (T0 + 10_000, {0: 10, 1: 10})])
-    rewind = rewind_request(pipeline=pipeline, user=person("olga", OPERATOR), kind="batch",
-                            spec={"batch_time_ms": T0}, reason="replay")
-    rewind = rewind_decide(rewind=rewind, user=person("amir", APPROVER), approve=True)
-    token = services.pipeline_token_issue(pipeline=pipeline, name="job")[1]
+    world = approved_replay(stack, unique_name, tmp_path)
+    root, topic, group = world["root"], world["topic"], world["group"]
 
     def start(client, instance, policy="wait"):
         with OffsetFileStore(root) as s:
             return restart(s, topic, group, KafkaWatermarkReader(stack.kafka_bootstrap).topic_watermarks,
                            dashboard=client, instance=instance, rewind_policy=policy)
 
-    return {"rewind": rewind, "token": token, "root": root, "topic": topic, "group": group, "start": start}
+    return {**world, "start": start}
 
 
 def stored(replay) -> dict[int, int]:
