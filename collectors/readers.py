@@ -140,7 +140,7 @@ def read_watermarks(
     ping_timeout_s: float | None = None,
 ) -> WatermarkResult:
     reader = KafkaWatermarkReader(bootstrap, timeout_s=timeout_s, chunk_size=chunk_size, config=config)
-    if ping_timeout_s:
+    if ping_timeout_s and topics:  # no topic tracked: nothing is asked of the brokers
         reader.ping(ping_timeout_s)
     return reader.watermarks(sorted(set(topics)))
 
