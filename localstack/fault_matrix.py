@@ -260,6 +260,24 @@ def all_healthy(status: int, body, ids: dict[str, str]) -> bool:
     return all(states.get(i) == "ok" for i in ids.values())
 
 
+APP_PROCESSES = ("web", "worker", "beat")
+
+
+def supervise(run: "FaultRun", row: "Row") -> bool:
+    """Start again an app process that exited by itself, as compose's `restart: unless-stopped`
+    does, and say so in the row. True if one was restarted."""
+    restarted = False
+    for name in APP_PROCESSES:
+        proc = run.dep.procs.get(name)
+        if proc is not None and proc.popen is not None and proc.popen.poll() is not None:
+            row.notes.append(f"{name} exited by itself (code {proc.popen.returncode}); restarted as compose's "
+                             "restart policy does")
+            proc.popen = None
+            run.dep.start_process(name)
+            restarted = True
+    return restarted
+
+
 def wait_until(predicate, timeout_s: float, every_s: float = 0.2) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -319,6 +337,7 @@ def run_row(dep: FaultRun, sources: Sources, component: str, fault: str, *, hold
     settle_s = settle_s if settle_s is not None else 4 * interval
     ids = sources.source_ids()
     row = Row(component, fault)
+    supervise(dep, row)
     sampler = Sampler(dep)
     sampler.start()
     try:
@@ -345,7 +364,8 @@ def run_row(dep: FaultRun, sources: Sources, component: str, fault: str, *, hold
         if component in ("broker", "hbase") and fault == "kill":
             _refill_memory_server(dep, sources, component)
         t1 = time.monotonic()  # the component is back (a killed one restarted and ready)
-        if wait_until(lambda: sampler.api[-1][0] > t1 and all_healthy(*sampler.api[-1][1:], ids), 60):
+        if wait_until(lambda: not supervise(dep, row) and sampler.api[-1][0] > t1
+                      and all_healthy(*sampler.api[-1][1:], ids), 60):
             first = next(t for t, status, body in sampler.api if t > t1 and all_healthy(status, body, ids))
             row.recover_s = round(first - t1, 2)
         else:
