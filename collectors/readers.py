@@ -118,6 +118,7 @@ def _read_history(store, key: PipelineKey, plan: ReadPlan, reading: StoreReading
     if cheap_keys:  # one short scan past the horizon: is a future-dated row waiting there?
         beyond = store.history(key.topic, key.group, start_ms=plan.horizon_ms + 1, limit=1)
         future += [b for b in beyond.batches if b.batch_time_ms > plan.horizon_ms]
+        reading.problems.extend(beyond.problems)  # e.g. a time of more digits than any epoch ms
     # One problem per pipeline names the first such row (a run of them would flood the list).
     reading.problems.extend(future_problem(store, key, b, plan.future_tolerance_ms) for b in future[:1])
     # Late rows: in the window behind the position, not imported yet.

@@ -5,6 +5,7 @@ from datetime import datetime, timezone
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import MD5
 
 from dashboard.fields import PackedIntsField, RowsJSONField
 
@@ -98,7 +99,11 @@ class Pipeline(models.Model):
     RECENT_BATCHES = 21
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["store", "topic", "group"], name="pipeline_unique")]
+        # On digests of the names: a btree entry holds at most ~2700 bytes, and a group id of
+        # 1000 characters outside ASCII is more than that (dashboard.storable sets the limits).
+        constraints = [models.UniqueConstraint(
+            models.F("store"), MD5("topic"), MD5("group"), name="pipeline_unique_on_name_hashes",
+        )]
 
     def __str__(self) -> str:
         return f"{self.topic} / {self.group}"

@@ -19,7 +19,7 @@ from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
 
 from collectors.readers import StoreReading
-from dashboard import charts, exports, selectors, sparkline
+from dashboard import charts, exports, selectors, sparkline, storable
 from dashboard.audit import audit_append, changed_values
 from dashboard.bulk import copy_insert
 from dashboard.models import (
@@ -67,15 +67,15 @@ def source_health_record(
     (the poll worked, something it found needs telling) is kept until a poll without one.
     `error_by`: "source" (the server failed) or "collector" (the worker's time limit cut the poll)."""
     health, _ = SourceHealth.objects.get_or_create(source=source, defaults={"label": label})
-    health.label = label
+    health.label = storable.stored_text(label, 300)
     health.last_attempt_at = started_at
     health.last_duration_ms = duration_ms
     if error is None:
         health.last_success_at = started_at
         health.consecutive_failures = 0
-        health.warning = warning[:5000]
+        health.warning = storable.stored_text(warning, 5000)
     else:
-        health.last_error = error[:5000]
+        health.last_error = storable.stored_text(error, 5000)
         health.last_error_at = started_at
         health.last_error_by = error_by
         health.consecutive_failures += 1
@@ -87,13 +87,13 @@ def _records_between(previous: dict[str, int] | None, current: dict[str, int]) -
     """Records processed by a batch: the sum of per-partition advances; None when unknowable."""
     if previous is None:
         return None
-    total = 0
+    total = 0  # a sum of offsets up to 2^63-1 each may pass bigint: then unknown, not an error
     for partition, offset in current.items():
         before = previous.get(partition)
         if before is None or offset < before:
             return None  # a new partition or a rewind: the batch's start is not known
         total += offset - before
-    return total
+    return total if total <= storable.BIGINT_MAX else None
 
 
 def _as_json_offsets(batch: BatchOffsets) -> dict[str, int]:
@@ -110,6 +110,8 @@ def store_reading_record(*, store: Store, reading: StoreReading, now_ms: int | N
     """
     now_ms = int(timezone.now().timestamp() * 1000) if now_ms is None else now_ms
     horizon_ms = now_ms + int(settings.FUTURE_BATCH_TOLERANCE_S * 1000)
+    # A name or number the database cannot hold is its row's problem, never the whole store's.
+    reading = storable.reading_storable(reading, store_name=store.name)
     known = set(store.pipelines.values_list("topic", "group"))
     Pipeline.objects.bulk_create(
         [Pipeline(store=store, topic=k.topic, group=k.group) for k in reading.pipelines if (k.topic, k.group) not in known],
@@ -235,7 +237,7 @@ def _ms_text(ms: int) -> str:
 def _problems_record(store: Store, problems: list[RowProblem]) -> None:
     """Keep each distinct problem as one row with a count: one SELECT, one UPDATE and one INSERT
     per chunk of problems, whatever their number."""
-    distinct = {(p.key[:500], p.problem[:1000]) for p in problems}
+    distinct = {(storable.stored_text(p.key, 500), storable.stored_text(p.problem, 1000)) for p in problems}
     items = sorted(distinct)
     now = timezone.now()
     for i in range(0, len(items), 2000):

@@ -177,8 +177,11 @@ class HBaseOffsetStore(StoreBase):
             topic, group, ms = parse_row_key(text_key)
         except ValueError as exc:
             raise MalformedRecord(self.name, text_key, str(exc)) from None
-        if not ms.isascii() or not ms.isdigit() or int(ms) > MAX_OFFSET:
-            raise MalformedRecord(self.name, text_key, f"batch time {ms!r} is not epoch milliseconds")
+        # The length first: Python refuses int() of text past 4300 digits (a ValueError that
+        # would stop the read of the whole store, not name this row).
+        if not ms.isascii() or not ms.isdigit() or len(ms) > 19 or int(ms) > MAX_OFFSET:
+            shown = repr(ms) if len(ms) <= 30 else f"{ms[:20]!r}… ({len(ms)} characters)"
+            raise MalformedRecord(self.name, text_key, f"batch time {shown} is not epoch milliseconds")
         offsets: dict[int, int] = {}
         prefix = f"{self.family}:".encode()
         for column, value in data.items():
@@ -192,6 +195,8 @@ class HBaseOffsetStore(StoreBase):
                 raise MalformedRecord(
                     self.name, text_key, f"partition {qualifier}: offset {raw!r} is not a number"
                 )
+            if len(raw) > 20 or len(qualifier) > 10:
+                raise MalformedRecord(self.name, text_key, f"partition {qualifier[:20]}: offset {raw[:30]} is out of Kafka's range")
             if int(raw) < 0:
                 raise MalformedRecord(self.name, text_key, f"partition {qualifier}: offset {raw} is negative")
             if int(raw) > MAX_OFFSET or int(qualifier) > MAX_PARTITION:
