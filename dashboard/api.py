@@ -388,9 +388,12 @@ def job_view(method: str):
             token = bearer_token(request)
             if not token:
                 return json_error(401, "missing 'Authorization: Bearer <pipeline token>' header")
-            pipeline = services.pipeline_for_token(token=token)
-            if pipeline is None:
+            found = services.pipeline_token_for(token=token)
+            if found is None:
                 return json_error(401, "unknown or revoked pipeline token")
+            pipeline = found.pipeline
+            # The audit actor of whatever the job does: its token, never what the body says it is.
+            request.job_actor = services.pipeline_token_actor(found)
             if request.method != method:
                 response = json_error(405, f"method {request.method} is not allowed here; use {method}")
                 response["Allow"] = method
@@ -414,7 +417,8 @@ def job_view(method: str):
 @job_view("POST")
 def api_start_report(request, pipeline, payload):
     try:
-        report = services.start_report_record(pipeline=pipeline, report=payload)
+        report = services.start_report_record(pipeline=pipeline, report=payload, actor=request.job_actor,
+                                              remote_addr=_remote(request))
     except services.InvalidReport as exc:
         return json_error(400, str(exc))
     return JsonResponse({"id": report.pk, "pipeline": pipeline.pk}, status=201)
@@ -451,7 +455,7 @@ def _remote(request) -> str:
 @job_view("POST")
 def api_rewind_claim(request, pipeline, payload, rewind_id: int):
     rewind = rewinds.rewind_claim(pipeline=pipeline, rewind_id=rewind_id, instance=str(payload.get("instance", "")),
-                                  remote_addr=_remote(request))
+                                  actor=request.job_actor, remote_addr=_remote(request))
     return JsonResponse({"rewind": rewind_json(rewind)})
 
 
@@ -461,7 +465,8 @@ def api_rewind_applied(request, pipeline, payload, rewind_id: int):
     if marker is not None and (not isinstance(marker, int) or isinstance(marker, bool) or marker < 0):
         return json_error(400, f"'marker_batch_ms' must be a non-negative integer (epoch ms), not {marker!r}")
     rewind = rewinds.rewind_applied(pipeline=pipeline, rewind_id=rewind_id, instance=str(payload.get("instance", "")),
-                                    offsets=payload.get("offsets"), marker_batch_ms=marker, remote_addr=_remote(request))
+                                    offsets=payload.get("offsets"), marker_batch_ms=marker, actor=request.job_actor,
+                                    remote_addr=_remote(request))
     return JsonResponse({"rewind": rewind_json(rewind)})
 
 
@@ -469,5 +474,5 @@ def api_rewind_applied(request, pipeline, payload, rewind_id: int):
 def api_rewind_failed(request, pipeline, payload, rewind_id: int):
     rewind = rewinds.rewind_job_failed(pipeline=pipeline, rewind_id=rewind_id, instance=str(payload.get("instance", "")),
                                        error=str(payload.get("error", "")) or "no reason given",
-                                       remote_addr=_remote(request))
+                                       actor=request.job_actor, remote_addr=_remote(request))
     return JsonResponse({"rewind": rewind_json(rewind)})

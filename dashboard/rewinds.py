@@ -311,10 +311,15 @@ def rewind_for_job(*, pipeline: Pipeline) -> RewindRequest | None:
     return rewind
 
 
-def rewind_claim(*, pipeline: Pipeline, rewind_id: int, instance: str, remote_addr: str = "") -> RewindRequest:
+def rewind_claim(
+    *, pipeline: Pipeline, rewind_id: int, instance: str, actor: str, remote_addr: str = "",
+) -> RewindRequest:
     """Exactly one claimer wins: a conditional UPDATE from approved (and unexpired) to claimed.
     The instance holding the claim gets it again (its first answer may have been lost); another
-    instance takes over a claim whose lease ran out (conditional on the claim it saw)."""
+    instance takes over a claim whose lease ran out (conditional on the claim it saw).
+
+    `actor` is who authenticated (the pipeline token, services.pipeline_token_actor); the job
+    names its `instance` itself, so that goes into the event's details, never its actor."""
     instance = (instance or "").strip()[:300]
     if not instance:
         raise RewindRefused("'instance' (who is claiming: host, process, run id) is required")
@@ -325,13 +330,13 @@ def rewind_claim(*, pipeline: Pipeline, rewind_id: int, instance: str, remote_ad
         ).update(status=Status.CLAIMED, claimed_at=now, claimed_by=instance)
         rewind = _job_rewind(pipeline, rewind_id)
         if won:
-            _audit(rewind, "rewind.claimed", actor=f"job {instance}", remote_addr=remote_addr)
+            _audit(rewind, "rewind.claimed", actor=actor, remote_addr=remote_addr, details={"instance": instance})
             return rewind
     if rewind.status == Status.CLAIMED and rewind.mode == RewindRequest.Mode.JOB:
         if rewind.claimed_by == instance:
             return rewind  # the same instance again: its claim stands (no new transition, no event)
         if rewind_claimable(rewind=rewind, now=now) and not _settle_claim_from_marker(rewind):
-            return _take_over(rewind, instance=instance, now=now, remote_addr=remote_addr)
+            return _take_over(rewind, instance=instance, actor=actor, now=now, remote_addr=remote_addr)
         rewind.refresh_from_db()
     why = "its approval expired" if rewind.status == Status.APPROVED else f"it is {rewind.status}"
     if rewind.status == Status.CLAIMED:
@@ -342,7 +347,7 @@ def rewind_claim(*, pipeline: Pipeline, rewind_id: int, instance: str, remote_ad
     raise RewindRefused(f"rewind #{rewind_id} cannot be claimed: {why}", 409)
 
 
-def _take_over(rewind: RewindRequest, *, instance: str, now: datetime, remote_addr: str) -> RewindRequest:
+def _take_over(rewind: RewindRequest, *, instance: str, actor: str, now: datetime, remote_addr: str) -> RewindRequest:
     holder, at = rewind.claimed_by, rewind.claimed_at
     with transaction.atomic():
         if not RewindRequest.objects.filter(pk=rewind.pk, status=Status.CLAIMED, claimed_by=holder, claimed_at=at,
@@ -351,8 +356,8 @@ def _take_over(rewind: RewindRequest, *, instance: str, now: datetime, remote_ad
             raise RewindRefused(f"rewind #{rewind.pk} cannot be claimed: it is {rewind.status}"
                                 f"{' by ' + rewind.claimed_by if rewind.claimed_by else ''} (taken over meanwhile)", 409)
         rewind.refresh_from_db()
-        _audit(rewind, "rewind.claim_taken_over", actor=f"job {instance}", remote_addr=remote_addr,
-               details={"previous_claimed_by": holder, "previous_claimed_at": _iso(at),
+        _audit(rewind, "rewind.claim_taken_over", actor=actor, remote_addr=remote_addr,
+               details={"instance": instance, "previous_claimed_by": holder, "previous_claimed_at": _iso(at),
                         "lease_s": settings.REWIND_CLAIM_LEASE_S,
                         "why": "no `applied` report within the claim's lease"})
     return rewind
@@ -360,7 +365,7 @@ def _take_over(rewind: RewindRequest, *, instance: str, now: datetime, remote_ad
 
 def rewind_applied(
     *, pipeline: Pipeline, rewind_id: int, instance: str, offsets: dict, marker_batch_ms: int | None,
-    remote_addr: str = "",
+    actor: str, actor_user_id: int | None = None, remote_addr: str = "",
 ) -> RewindRequest:
     """The job started from `offsets` (having saved them to its store as the batch at
     `marker_batch_ms`). Offsets other than the target fail the rewind, with the difference."""
@@ -377,21 +382,23 @@ def rewind_applied(
             raise RewindRefused(f"rewind #{rewind_id} is {rewind.status}"
                                 f"{' by ' + rewind.claimed_by if rewind.claimed_by else ''}: not claimed by {instance!r}", 409)
         rewind = _job_rewind(pipeline, rewind_id)
-        _audit(rewind, "rewind.applied", actor=f"job {instance}", remote_addr=remote_addr,
-               before=rewind.before_offsets, after=started)
+        _audit(rewind, "rewind.applied", actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr,
+               before=rewind.before_offsets, after=started, details={"instance": instance})
     if started != rewind.target_offsets:
         return _finish(rewind, Status.FAILED, "the job started elsewhere than the target: " +
                        _difference(rewind.target_offsets, started))
     return rewind
 
 
-def rewind_job_failed(*, pipeline: Pipeline, rewind_id: int, instance: str, error: str, remote_addr: str = "") -> RewindRequest:
+def rewind_job_failed(
+    *, pipeline: Pipeline, rewind_id: int, instance: str, error: str, actor: str, remote_addr: str = "",
+) -> RewindRequest:
     """The job could not apply a rewind it claimed (e.g. its store refused the write)."""
     rewind = _job_rewind(pipeline, rewind_id)
     if rewind.status not in (Status.CLAIMED, Status.APPLIED) or rewind.claimed_by != (instance or "").strip()[:300]:
         raise RewindRefused(f"rewind #{rewind_id} is {rewind.status}: not claimed by {instance!r}", 409)
-    return _finish(rewind, Status.FAILED, f"the job reported: {str(error)[:2000]}", actor=f"job {instance}",
-                   remote_addr=remote_addr)
+    return _finish(rewind, Status.FAILED, f"the job reported: {str(error)[:2000]}", actor=actor,
+                   remote_addr=remote_addr, details={"instance": (instance or "").strip()[:300]})
 
 
 def _job_rewind(pipeline: Pipeline, rewind_id: int) -> RewindRequest:
@@ -486,13 +493,17 @@ def _difference(target: dict[str, int], actual: dict[str, int]) -> str:
     return "; ".join(parts) or "no difference"
 
 
-def _finish(rewind: RewindRequest, status: str, outcome: str, *, actor: str = "system", remote_addr: str = "") -> RewindRequest:
+def _finish(
+    rewind: RewindRequest, status: str, outcome: str, *, actor: str = "system", actor_user_id: int | None = None,
+    remote_addr: str = "", details: dict | None = None,
+) -> RewindRequest:
     now = timezone.now()
     with transaction.atomic():
         if RewindRequest.objects.filter(pk=rewind.pk, status=rewind.status).update(
                 status=status, finished_at=now, outcome=outcome):
             rewind.refresh_from_db()
-            _audit(rewind, f"rewind.{status}", actor=actor, remote_addr=remote_addr, details={"outcome": outcome})
+            _audit(rewind, f"rewind.{status}", actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr,
+                   details={**(details or {}), "outcome": outcome})
     return rewind
 
 
@@ -561,7 +572,8 @@ def rewind_write_to_store(*, rewind: RewindRequest, user, remote_addr: str = "")
     if plan.problems:
         raise RewindRefused("the target is no longer valid: " + "; ".join(plan.problems), 409)
     instance = f"dashboard store write by {user.username}"
-    claimed = rewind_claim_for_store(rewind=rewind, instance=instance, remote_addr=remote_addr)
+    claimed = rewind_claim_for_store(rewind=rewind, instance=instance, actor=user.username, actor_user_id=user.pk,
+                                     remote_addr=remote_addr)
     marker_ms = int(timezone.now().timestamp() * 1000)
     target = {int(p): o for p, o in rewind.target_offsets.items()}
     try:
@@ -570,12 +582,14 @@ def rewind_write_to_store(*, rewind: RewindRequest, user, remote_addr: str = "")
             store.save_batch(BatchOffsets(pipeline.topic, pipeline.group, marker_ms, target))
     except (OffsetStoreError, OSError) as exc:
         return _finish(claimed, Status.FAILED, f"writing the target into store {pipeline.store.name} failed: {exc}",
-                       actor=instance, remote_addr=remote_addr)
+                       actor=user.username, actor_user_id=user.pk, remote_addr=remote_addr, details={"instance": instance})
     return rewind_applied(pipeline=pipeline, rewind_id=rewind.pk, instance=instance, offsets=rewind.target_offsets,
-                          marker_batch_ms=marker_ms, remote_addr=remote_addr)
+                          marker_batch_ms=marker_ms, actor=user.username, actor_user_id=user.pk, remote_addr=remote_addr)
 
 
-def rewind_claim_for_store(*, rewind: RewindRequest, instance: str, remote_addr: str = "") -> RewindRequest:
+def rewind_claim_for_store(
+    *, rewind: RewindRequest, instance: str, actor: str, actor_user_id: int | None = None, remote_addr: str = "",
+) -> RewindRequest:
     now = timezone.now()
     with transaction.atomic():
         if not RewindRequest.objects.filter(pk=rewind.pk, status=Status.APPROVED, mode=RewindRequest.Mode.STORE,
@@ -585,5 +599,6 @@ def rewind_claim_for_store(*, rewind: RewindRequest, instance: str, remote_addr:
             raise RewindRefused(f"rewind #{rewind.pk} is {rewind.status}: only an approved, unexpired rewind can be "
                                 "written", 409)
         rewind.refresh_from_db()
-        _audit(rewind, "rewind.claimed", actor=instance, remote_addr=remote_addr)
+        _audit(rewind, "rewind.claimed", actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr,
+               details={"instance": instance})
     return rewind

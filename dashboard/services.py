@@ -564,12 +564,23 @@ def pipeline_get_or_declare(
 
 def pipeline_for_token(*, token: str) -> Pipeline | None:
     """The pipeline a (non-revoked) token belongs to; None for unknown or revoked tokens."""
+    found = pipeline_token_for(token=token)
+    return found.pipeline if found else None
+
+
+def pipeline_token_for(*, token: str) -> PipelineToken | None:
+    """The (non-revoked) pipeline token, with its pipeline; None for unknown or revoked tokens."""
     if not token.startswith(TOKEN_PREFIX):
         return None
-    found = PipelineToken.objects.select_related("pipeline").filter(
+    return PipelineToken.objects.select_related("pipeline", "pipeline__store").filter(
         token_hash=token_hash(token), revoked_at=None
     ).first()
-    return found.pipeline if found else None
+
+
+def pipeline_token_actor(token: PipelineToken) -> str:
+    """Who a job is in the audit log: the token it authenticated with (its prefix and name). What
+    the job says of itself (its `instance`) is its own claim and goes into an event's details."""
+    return f"pipeline token {token.prefix}… ({token.name})"
 
 
 API_TOKEN_TOUCH_EVERY = timedelta(seconds=60)
@@ -699,8 +710,10 @@ class InvalidReport(ValueError):
     """A start report that does not have the shape streamoffsets.restart produces."""
 
 
-def start_report_record(*, pipeline: Pipeline, report: dict) -> StartReport:
-    """Record where a job started; the report must be for the token's own pipeline."""
+@transaction.atomic
+def start_report_record(*, pipeline: Pipeline, report: dict, actor: str = "system", remote_addr: str = "") -> StartReport:
+    """Record where a job started, audited (`actor`: the pipeline token, pipeline_token_actor); the
+    report must be for the token's own pipeline."""
     if not isinstance(report, dict):
         raise InvalidReport("the report must be a JSON object")
     if report.get("topic") != pipeline.topic or report.get("group") != pipeline.group:
@@ -720,10 +733,16 @@ def start_report_record(*, pipeline: Pipeline, report: dict) -> StartReport:
         lost = sum(int(c.get("messages_lost", 0)) for c in clamps)
     except (TypeError, ValueError):
         raise InvalidReport("'clamps[].messages_lost' must be integers") from None
-    return StartReport.objects.create(
+    start = StartReport.objects.create(
         pipeline=pipeline, report=report, first_start=bool(report.get("first_start")),
         clamped_partitions=len(clamps), messages_lost=lost,
     )
+    audit_append(action="start_report.received", subject=f"start report #{start.pk} of {pipeline}", pipeline=pipeline,
+                 after=offsets, actor=actor, remote_addr=remote_addr,
+                 details={"id": start.pk, "instance": str(report.get("instance", ""))[:300],
+                          "first_start": start.first_start, "clamped_partitions": start.clamped_partitions,
+                          "messages_lost": start.messages_lost})
+    return start
 
 
 # --- history retention -------------------------------------------------------------------------

@@ -73,6 +73,10 @@ def key_problem(key: PipelineKey) -> str | None:
 
 
 def _in(value, low: int, high: int) -> bool:
+    """Whether `value` is an integer in [low, high]; digits as text count (partition ids are text
+    in JSON, and services._as_json_offsets turns both into the same)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20:
+        value = int(value)
     return type(value) is int and low <= value <= high
 
 

@@ -121,7 +121,8 @@ def test_a_claim_whose_answer_is_lost_is_never_skipped_and_is_taken_over_after_t
     assert rewind.status == "applied" and rewind.claimed_by == "host-d:4:dddd"
     took = AuditEvent.objects.get(action="rewind.claim_taken_over")
     assert took.details["previous_claimed_by"] == "host-a:1:aaaa" and took.details["previous_claimed_at"]
-    assert took.actor == "job host-d:4:dddd"
+    # The actor is the token the job authenticated with; the instance it names itself is a detail.
+    assert took.actor == f"pipeline token {replay['token'][:12]}… (job)" and took.details["instance"] == "host-d:4:dddd"
     collect_once()
     rewind.refresh_from_db()
     assert rewind.status == "verified", rewind.outcome
@@ -210,7 +211,8 @@ def test_a_claim_is_taken_over_after_its_lease_audited_and_the_old_holder_is_ref
     took = post("claim", "host-b:2")
     assert took.status_code == 200 and took.json()["rewind"]["claimed_by"] == "host-b:2"
     event = AuditEvent.objects.get(action="rewind.claim_taken_over")
-    assert event.actor == "job host-b:2" and event.details["previous_claimed_by"] == "host-a:1"
+    assert event.actor.startswith("pipeline token owp_") and event.actor.endswith("… (job)")
+    assert event.details["instance"] == "host-b:2" and event.details["previous_claimed_by"] == "host-a:1"
     assert event.details["previous_claimed_at"] == old_at.isoformat(timespec="seconds")
     # The old holder wakes up: its report and a new claim are refused (host-b:2's lease runs).
     late = post("applied", "host-a:1", offsets={"0": 30, "1": 20}, marker_batch_ms=T0 + 60_000)
