@@ -1,11 +1,51 @@
+"""The admin: every change made here appends an audit event in the change's transaction.
+
+Every registered model admin is an AuditedAdmin (tests/test_audit_coverage.py walks
+admin.site's registry and fails for one that is not): additions, changes (many-to-many fields
+such as a group's permissions included) and deletions. Rows the collectors or the jobs write
+(source health, store problems, incidents, start reports) are read-only here; deleting them is
+allowed and audited.
+"""
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
-from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
 from dashboard import services
 from dashboard.audit import audit_append, changed_values, model_snapshot, request_actor
 from dashboard.models import ApiToken, Cluster, Incident, Pipeline, PipelineToken, SourceHealth, StartReport, Store, StoreProblem
+
+
+def _related_names(obj, field) -> list[str]:
+    """A many-to-many field's values as a reader knows them: permissions by `app.codename`
+    (what a permission check names), anything else by its text."""
+    related = getattr(obj, field.name).all()
+    if field.related_model is Permission:
+        return sorted(f"{p.content_type.app_label}.{p.codename}" for p in related.select_related("content_type"))
+    return sorted(str(r) for r in related)
+
+
+def admin_snapshot(obj, *, fields: list[str] | None = None) -> dict:
+    """model_snapshot plus the many-to-many fields (a group's permissions, a user's groups and
+    direct permissions), which the admin saves after the row itself."""
+    values = model_snapshot(obj, fields=fields)
+    if obj.pk is not None:
+        for field in obj._meta.many_to_many:
+            if fields is None or field.name in fields:
+                values[field.name] = _related_names(obj, field)
+    return values
+
+
+def list_changes(before: dict, after: dict) -> dict:
+    """What was added to and removed from each list-valued field (`permissions_added`, ...)."""
+    details = {}
+    for key, new in after.items():
+        old = before.get(key)
+        if isinstance(new, list) and isinstance(old, list):
+            details[f"{key}_added"] = sorted(set(new) - set(old))
+            details[f"{key}_removed"] = sorted(set(old) - set(new))
+    return details
 
 
 class AuditedDeletionMixin:
@@ -26,7 +66,8 @@ class AuditedDeletionMixin:
 
 class AuditedAdmin(AuditedDeletionMixin, admin.ModelAdmin):
     """Adds, changes and deletes made in the admin append audit events (who, from where, the
-    changed fields before and after) in the same transaction as the change."""
+    changed fields before and after, many-to-many fields included) in the same transaction as
+    the change (the admin's change form runs in one; save_related opens one anyway)."""
 
     audit_kind = ""  # the action family: "store" -> store.created / store.changed / store.deleted
 
@@ -38,20 +79,30 @@ class AuditedAdmin(AuditedDeletionMixin, admin.ModelAdmin):
         return None
 
     def audit_snapshot(self, obj) -> dict:
-        return model_snapshot(obj)
+        return admin_snapshot(obj)
 
     def save_model(self, request, obj, form, change):
+        # What the row was, read before the save. The event is written in save_related, once the
+        # many-to-many fields (saved after the row) hold their new values too.
+        request._audit_before = self.audit_snapshot(type(obj).objects.get(pk=obj.pk)) if change else None
+        super().save_model(request, obj, form, change)
+
+    def save_related(self, request, form, formsets, change):
         with transaction.atomic():
-            before = self.audit_snapshot(type(obj).objects.get(pk=obj.pk)) if change else None
-            super().save_model(request, obj, form, change)
-            after = self.audit_snapshot(obj)
-            if change:
-                before, after = changed_values(before, after)
-                if not after:  # saved without a change: nothing happened worth a record
-                    return
-            audit_append(action=f"{self.audit_kind}.{'changed' if change else 'created'}",
-                         subject=self.audit_subject(obj), pipeline=self.audit_pipeline(obj), before=before,
-                         after=after, details={"id": obj.pk}, **request_actor(request))
+            super().save_related(request, form, formsets, change)
+            self.audit_saved(request, form.instance, getattr(request, "_audit_before", None), change)
+
+    def audit_saved(self, request, obj, before: dict | None, change: bool) -> None:
+        after = self.audit_snapshot(obj)
+        details = {"id": obj.pk}
+        if change:
+            before, after = changed_values(before or {}, after)
+            if not after:  # saved without a change: nothing happened worth a record
+                return
+            details.update(list_changes(before, after))
+        audit_append(action=f"{self.audit_kind}.{'changed' if change else 'created'}",
+                     subject=self.audit_subject(obj), pipeline=self.audit_pipeline(obj), before=before,
+                     after=after, details=details, **request_actor(request))
 
     def _audit_deletion(self, request, obj) -> None:
         audit_append(action=f"{self.audit_kind}.deleted", subject=self.audit_subject(obj),
@@ -61,6 +112,16 @@ class AuditedAdmin(AuditedDeletionMixin, admin.ModelAdmin):
     def audit_deletion_details(self, obj) -> dict:
         return {}
 
+
+class ReadOnlyAuditedAdmin(AuditedAdmin):
+    """Rows the collectors or the jobs write: shown, and deleted (audited), never added or edited
+    by hand (an edited incident or start report would be a false record)."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(Cluster)
@@ -84,6 +145,8 @@ class PipelineAdmin(AuditedAdmin):
     list_display = ("topic", "group", "store", "first_seen_at")
     list_filter = ("store",)
     audit_kind = "pipeline"
+    # What a person declares; the collectors' bookkeeping (newest batch times, import flag) is theirs.
+    fields = ("store", "topic", "group")
 
     def audit_subject(self, obj) -> str:
         return f"pipeline {obj} in store {obj.store.name}"
@@ -97,13 +160,21 @@ class PipelineAdmin(AuditedAdmin):
 
 
 @admin.register(SourceHealth)
-class SourceHealthAdmin(admin.ModelAdmin):
+class SourceHealthAdmin(ReadOnlyAuditedAdmin):
     list_display = ("label", "last_success_at", "consecutive_failures", "last_error_at")
+    audit_kind = "source_health"
+
+    def audit_subject(self, obj) -> str:
+        return f"health of {obj.label}"
 
 
 @admin.register(StoreProblem)
-class StoreProblemAdmin(admin.ModelAdmin):
+class StoreProblemAdmin(ReadOnlyAuditedAdmin):
     list_display = ("store", "key", "problem", "occurrences", "last_seen_at")
+    audit_kind = "store_problem"
+
+    def audit_subject(self, obj) -> str:
+        return f"problem of store {obj.store.name}: {obj.key}"
 
 
 class TokenAdmin(AuditedAdmin):
@@ -112,6 +183,7 @@ class TokenAdmin(AuditedAdmin):
 
     audit_kind = "token"
     actions = ["revoke"]
+    # Every field is read-only (below): a token is changed only by revoking it.
 
     def has_add_permission(self, request):
         return False
@@ -119,7 +191,7 @@ class TokenAdmin(AuditedAdmin):
     def audit_snapshot(self, obj) -> dict:
         return model_snapshot(obj, fields=["name", "prefix", "pipeline", "user", "revoked_at"])  # never the hash
 
-    @admin.action(description="Revoke the selected tokens")
+    @admin.action(description="Revoke the selected tokens", permissions=["change"])
     def revoke(self, request, queryset):
         revoke = services.pipeline_token_revoke if queryset.model is PipelineToken else services.api_token_revoke
         count = 0
@@ -143,13 +215,27 @@ class PipelineTokenAdmin(TokenAdmin):
 
 
 @admin.register(StartReport)
-class StartReportAdmin(admin.ModelAdmin):
+class StartReportAdmin(ReadOnlyAuditedAdmin):
     list_display = ("pipeline", "received_at", "first_start", "clamped_partitions", "messages_lost")
+    audit_kind = "start_report"
+
+    def audit_subject(self, obj) -> str:
+        return f"start report #{obj.pk} of {obj.pipeline}"
+
+    def audit_pipeline(self, obj):
+        return obj.pipeline
 
 
 @admin.register(Incident)
-class IncidentAdmin(admin.ModelAdmin):
+class IncidentAdmin(ReadOnlyAuditedAdmin):
     list_display = ("pipeline", "opened_at", "closed_at", "worst_status")
+    audit_kind = "incident"
+
+    def audit_subject(self, obj) -> str:
+        return f"incident #{obj.pk} of {obj.pipeline} opened {obj.opened_at.isoformat(timespec='seconds')}"
+
+    def audit_pipeline(self, obj):
+        return obj.pipeline
 
 
 @admin.register(ApiToken)
@@ -161,50 +247,45 @@ class ApiTokenAdmin(TokenAdmin):
         return f"API token {obj.prefix}… ({obj.name}) acting as {obj.user.get_username()}"
 
 
-# --- users: Django's own admin, audited ----------------------------------------------------------
+# --- users and groups: Django's own admins, audited ---------------------------------------------
 
 User = get_user_model()
 admin.site.unregister(User)
+admin.site.unregister(Group)
 
 _USER_FIELDS = ["username", "email", "first_name", "last_name", "is_active", "is_staff", "is_superuser"]
-
-
-def _groups(user) -> list[str]:
-    return sorted(user.groups.values_list("name", flat=True))
+# What a user may do: roles are groups, direct permissions add to them, superuser status grants
+# everything, staff status opens the admin, an inactive account can do nothing.
+_USER_ACCESS = {"is_active", "is_staff", "is_superuser", "groups", "user_permissions"}
 
 
 @admin.register(User)
-class AuditedUserAdmin(AuditedDeletionMixin, UserAdmin):
-    """Django's user admin, with creation, changes (roles are groups; superuser status grants
-    every role), password changes and deletion audited. Never the password or its hash."""
+class AuditedUserAdmin(AuditedAdmin, UserAdmin):
+    """Django's user admin, with creation, changes, password changes and deletion audited. A
+    change of access (flags, groups, direct permissions) is its own event, `user.roles_changed`,
+    with what was added and removed. Never the password or its hash."""
 
-    def save_model(self, request, obj, form, change):
-        with transaction.atomic():
-            old = User.objects.get(pk=obj.pk) if change else None
-            # The groups are saved after this (save_related); what they were is kept for it.
-            request._audit_groups_before = _groups(old) if change else []
-            super().save_model(request, obj, form, change)
-            if not change:
-                after = {**model_snapshot(obj, fields=_USER_FIELDS),
-                         "password": "set" if obj.has_usable_password() else "none"}
-                audit_append(action="user.created", subject=f"user {obj.get_username()}", after=after,
-                             details={"user_id": obj.pk}, **request_actor(request))
-                return
-            before, after = changed_values(model_snapshot(old, fields=_USER_FIELDS),
-                                           model_snapshot(obj, fields=_USER_FIELDS))
-            if after:
-                audit_append(action="user.roles_changed" if "is_superuser" in after else "user.changed",
-                             subject=f"user {obj.get_username()}", before=before, after=after,
-                             details={"user_id": obj.pk}, **request_actor(request))
+    audit_kind = "user"
 
-    def save_related(self, request, form, formsets, change):
-        with transaction.atomic():
-            super().save_related(request, form, formsets, change)
-            before, after = getattr(request, "_audit_groups_before", []), _groups(form.instance)
-            if before != after:
-                audit_append(action="user.roles_changed", subject=f"user {form.instance.get_username()}",
-                             before={"groups": before}, after={"groups": after},
-                             details={"user_id": form.instance.pk}, **request_actor(request))
+    def audit_subject(self, obj) -> str:
+        return f"user {obj.get_username()}"
+
+    def audit_snapshot(self, obj) -> dict:
+        return admin_snapshot(obj, fields=[*_USER_FIELDS, "groups", "user_permissions"])
+
+    def audit_saved(self, request, obj, before: dict | None, change: bool) -> None:
+        after = self.audit_snapshot(obj)
+        if not change:
+            audit_append(action="user.created", subject=self.audit_subject(obj),
+                         after={**after, "password": "set" if obj.has_usable_password() else "none"},
+                         details={"user_id": obj.pk}, **request_actor(request))
+            return
+        before, after = changed_values(before or {}, after)
+        for action, keys in (("user.changed", set(after) - _USER_ACCESS), ("user.roles_changed", set(after) & _USER_ACCESS)):
+            if keys:
+                old, new = {k: before[k] for k in before if k in keys}, {k: after[k] for k in after if k in keys}
+                audit_append(action=action, subject=self.audit_subject(obj), before=old, after=new,
+                             details={"user_id": obj.pk, **list_changes(old, new)}, **request_actor(request))
 
     def user_change_password(self, request, id, form_url=""):
         with transaction.atomic():  # the new password and its event commit together
@@ -218,7 +299,20 @@ class AuditedUserAdmin(AuditedDeletionMixin, UserAdmin):
         return response
 
     def _audit_deletion(self, request, obj) -> None:
-        audit_append(action="user.deleted", subject=f"user {obj.get_username()}",
-                     before={**model_snapshot(obj, fields=_USER_FIELDS), "groups": _groups(obj)},
+        audit_append(action="user.deleted", subject=self.audit_subject(obj), before=self.audit_snapshot(obj),
                      details={"user_id": obj.pk}, **request_actor(request))
 
+
+@admin.register(Group)
+class AuditedGroupAdmin(AuditedAdmin, GroupAdmin):
+    """Django's group admin (the roles are groups), audited: a change of a group's permissions
+    names the permissions added and removed (`permissions_added`, `permissions_removed`)."""
+
+    audit_kind = "group"
+
+    def audit_subject(self, obj) -> str:
+        return f"group {obj.name}"
+
+    def audit_deletion_details(self, obj) -> dict:
+        # Its members lose what it granted.
+        return {"members": sorted(obj.user_set.values_list("username", flat=True))}

@@ -213,7 +213,12 @@ ACTION_FAMILIES = {
     "cluster": "clusters",
     "pipeline": "pipelines",
     "user": "users and roles",
+    "group": "groups and their permissions",
     "token": "tokens",
+    "start_report": "jobs' start reports",
+    "incident": "incidents",
+    "store_problem": "store problems",
+    "source_health": "source health",
 }
 # The actions this module's callers write outside the rewind workflow (which names its own).
 KNOWN_ACTIONS = (
@@ -221,5 +226,8 @@ KNOWN_ACTIONS = (
     "store.created", "store.changed", "store.deleted",
     "pipeline.created", "pipeline.declared", "pipeline.changed", "pipeline.deleted",
     "user.created", "user.changed", "user.roles_changed", "user.password_changed", "user.deleted",
+    "group.created", "group.changed", "group.deleted",
     "token.issued", "token.revoked", "token.deleted",
+    "start_report.received", "start_report.deleted", "incident.deleted", "store_problem.deleted",
+    "source_health.deleted",
 )

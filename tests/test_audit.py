@@ -400,7 +400,8 @@ def test_admin_role_changes_user_creation_and_deletion_are_audited(client, root)
     roles = AuditEvent.objects.get(action="user.roles_changed", actor="root")
     assert changed.before == {"email": ""} and changed.after == {"email": "erin@example.com"}
     assert roles.before == {"groups": ["viewer"]} and roles.after == {"groups": ["approver", "viewer"]}
-    assert roles.remote_addr == "198.51.100.4" and roles.details == {"user_id": erin.pk}
+    assert roles.remote_addr == "198.51.100.4"
+    assert roles.details == {"user_id": erin.pk, "groups_added": ["approver"], "groups_removed": []}
     created = AuditEvent.objects.get(action="user.created", subject="user frank")
     assert created.actor == "root" and created.after["password"] == "set"
     deleted = AuditEvent.objects.get(action="user.deleted")
