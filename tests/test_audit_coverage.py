@@ -21,9 +21,7 @@ from django.urls import reverse
 from dashboard import services
 from dashboard.admin import AuditedAdmin
 from dashboard.audit import audit_verify
-from dashboard.models import (
-    ApiToken, AuditEvent, Cluster, Incident, PipelineToken, SourceHealth, StartReport, Store, StoreProblem,
-)
+from dashboard.models import AuditEvent, Cluster, Incident, SourceHealth, StartReport, Store, StoreProblem
 from dashboard.rewinds import rewind_decide, rewind_request
 from dashboard.roles import APPROVER, OPERATOR, VIEWER
 from tests.factories import offline_pipeline, person
