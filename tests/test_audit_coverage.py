@@ -290,6 +290,11 @@ def test_job_events_name_the_token_never_the_instance_the_job_claims(job):
     assert events[0].details["id"] == StartReport.objects.get(pipeline=p).pk
     assert not AuditEvent.objects.filter(actor__icontains="job amir").exists()
     assert AuditEvent.objects.filter(actor="amir").values_list("action", flat=True).get() == "rewind.approved"
+    # The rewind's timeline shows who (the token) and, as a detail, the instance the job named.
+    viewer = Client()
+    viewer.force_login(person("vera", VIEWER))
+    html = viewer.get(reverse("rewind", args=[r.pk])).content.decode()
+    assert f"<td>rewind.claimed</td><td>{actor}</td><td>192.0.2.44</td><td>amir</td>" in html
 
 
 def test_an_applied_report_names_the_token(job):
