@@ -21,7 +21,9 @@ from django.urls import reverse
 from dashboard import services
 from dashboard.admin import AuditedAdmin
 from dashboard.audit import audit_verify
-from dashboard.models import AuditEvent, Cluster, Incident, SourceHealth, StartReport, Store, StoreProblem
+from dashboard.models import (
+    AuditEvent, Cluster, Incident, PipelineToken, SourceHealth, StartReport, Store, StoreProblem,
+)
 from dashboard.rewinds import rewind_decide, rewind_request
 from dashboard.roles import APPROVER, OPERATOR, VIEWER
 from tests.factories import offline_pipeline, person
@@ -307,3 +309,17 @@ def test_an_applied_report_names_the_token(job):
     event = AuditEvent.objects.get(action="rewind.applied")
     assert event.actor == f"pipeline token {job['token'].prefix}… (etl-job)" and event.details["instance"] == "host-a:1"
     assert (event.before, event.after) == ({"0": 60, "1": 50}, {"0": 30, "1": 20})
+
+
+def test_revoking_a_token_needs_the_change_permission(client, unique_name):
+    """The revoke action was open to anyone who could see the token list."""
+    world = _world(unique_name)
+    token, _ = services.pipeline_token_issue(pipeline=world.pipeline, name="job")
+    viewer = User.objects.create_user("vic", is_staff=True)
+    viewer.user_permissions.set(_perm_ids("dashboard.view_pipelinetoken"))
+    client.force_login(viewer)
+    response = client.post(reverse("admin:dashboard_pipelinetoken_changelist"),
+                           {"action": "revoke", "_selected_action": [token.pk]})
+    assert response.status_code in (200, 302)
+    assert PipelineToken.objects.get(pk=token.pk).revoked_at is None
+    assert not AuditEvent.objects.filter(action="token.revoked").exists()
