@@ -425,6 +425,10 @@ AXES_RESET_ON_SUCCESS = True  # a login that succeeds forgets that pair's earlie
 AXES_LOCKOUT_CALLABLE = "dashboard.lockout.lockout_response"
 AXES_CLIENT_IP_CALLABLE = "dashboard.lockout.client_address"
 LOGIN_PROXY_COUNT = env_int("OFFSETWATCH_PROXY_COUNT", 0)
+# axes logs every attempt at INFO and a banner at start (on stdout, in every command's output):
+# kept to its warnings (a failed login, a lockout; names and addresses masked).
+AXES_VERBOSE = False
+LOGGING["loggers"]["axes"] = {"level": "WARNING"}
 # Cache-Control: no-store on every answer that sets no caching of its own (dashboard/headers.py):
 # pages, the API, /metrics and exports hold data a shared computer or proxy must not keep.
 # X-Content-Type-Options: nosniff and Referrer-Policy: same-origin are SecurityMiddleware's
