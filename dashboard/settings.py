@@ -422,6 +422,9 @@ _login_cooloff_s = env_int("OFFSETWATCH_LOGIN_COOLOFF", 900)
 AXES_COOLOFF_TIME = timedelta(seconds=_login_cooloff_s) if _login_cooloff_s > 0 else None
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True  # a login that succeeds forgets that pair's earlier typos
+# axes' own log of successful logins would grow forever with nothing reading it (Django keeps
+# each user's last_login); failures live in its attempts, deleted when their cool-off is over.
+AXES_DISABLE_ACCESS_LOG = True
 AXES_LOCKOUT_CALLABLE = "dashboard.lockout.lockout_response"
 AXES_CLIENT_IP_CALLABLE = "dashboard.lockout.client_address"
 LOGIN_PROXY_COUNT = env_int("OFFSETWATCH_PROXY_COUNT", 0)
