@@ -195,3 +195,14 @@ def test_an_unlock_by_the_admins_bulk_delete_is_audited_per_lockout(vera):
     assert response.status_code == 302 and not AccessAttempt.objects.exists()
     assert sorted(e.details["ip_address"] for e in events(UNLOCKED)) == sorted([ELSEWHERE, HERE])
     assert all(e.actor == "root" for e in events(UNLOCKED))
+
+
+def test_the_audit_page_filters_lockouts_and_unlocks_as_a_family(vera, client):
+    fail(5)
+    call_command("axes_reset_username", "vera", stdout=io.StringIO())
+    client.force_login(vera)
+    html = client.get(reverse("audit"), {"action": "login"}).content.decode()
+    assert LOCKED_OUT in html and UNLOCKED in html
+    assert '<option value="login" selected>any of logins</option>' in html
+    rewinds_only = client.get(reverse("audit"), {"action": "rewind"}).content.decode()
+    assert f"login of &#x27;vera&#x27; from {HERE}" in html and "login of &#x27;vera&#x27;" not in rewinds_only
