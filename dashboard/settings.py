@@ -436,9 +436,12 @@ LOGGING["loggers"]["axes"] = {"level": "WARNING"}
 # pages, the API, /metrics and exports hold data a shared computer or proxy must not keep.
 # X-Content-Type-Options: nosniff and Referrer-Policy: same-origin are SecurityMiddleware's
 # defaults (SECURE_CONTENT_TYPE_NOSNIFF, SECURE_REFERRER_POLICY); tests/test_headers.py holds them.
-MIDDLEWARE += ["dashboard.headers.NoStoreMiddleware", "csp.middleware.CSPMiddleware",
-               # axes turns a refused login into its answer: last, as its documentation asks.
-               "axes.middleware.AxesMiddleware"]
+# Outside every middleware that may answer by itself (the database's 503 included), inside
+# SecurityMiddleware and WhiteNoise (static files keep their own caching).
+_headers_at = MIDDLEWARE.index("dashboard.unavailable.DatabaseUnavailableMiddleware")
+MIDDLEWARE[_headers_at:_headers_at] = ["csp.middleware.CSPMiddleware", "dashboard.headers.NoStoreMiddleware"]
+# axes turns a refused login into its answer: last, as its documentation asks.
+MIDDLEWARE.append("axes.middleware.AxesMiddleware")
 # Scripts only from our own files (no inline script, no eval); the JSON of charts comes by fetch.
 # style-src allows 'unsafe-inline' because plotly.js sets style attributes and injects <style>
 # rules while drawing (a style cannot run code; scripts stay locked down).

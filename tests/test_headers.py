@@ -92,3 +92,19 @@ def test_the_policy_allows_scripts_only_from_the_site_itself(client):
     assert directives["object-src"] == "'none'" and directives["base-uri"] == "'none'"
     assert directives["frame-ancestors"] == "'none'"
     assert directives["style-src"] == "'self' 'unsafe-inline'"  # plotly.js styles what it draws
+
+
+def test_the_database_unavailable_page_has_the_policy_and_no_store_too(client, monkeypatch):
+    from django.db import OperationalError
+
+    from dashboard import selectors
+
+    def away(*args, **kwargs):
+        raise OperationalError("connection refused")
+
+    client.force_login(person("vera", VIEWER))
+    monkeypatch.setattr(selectors, "pipelines_filtered", away)
+    monkeypatch.setattr(selectors, "store_names", away)
+    page = client.get("/")
+    assert page.status_code == 503
+    assert "script-src 'self';" in page["Content-Security-Policy"] and page["Cache-Control"] == "no-store"
