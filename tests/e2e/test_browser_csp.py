@@ -130,8 +130,9 @@ def test_the_admin_and_the_lockout_page_run_under_the_policy(watched, db):
     page.fill("#id_password", "root's long passphrase")
     page.click("input[type=submit]")
     page.wait_for_url("**/admin/")
-    for url in ("/admin/", "/admin/axes/accessattempt/", "/admin/auth/user/", "/admin/auth/user/add/"):
-        page.goto(url)
+    for url in ("/admin/", "/admin/axes/accessattempt/", "/admin/auth/user/", "/admin/auth/user/add/",
+                "/admin/dashboard/store/add/", "/admin/dashboard/pipeline/", "/admin/auth/group/add/"):
+        assert page.goto(url).status == 200, url
         check(url)
 
     other = page.context.browser.new_context(base_url=page.url.split("/admin/")[0])
