@@ -6,8 +6,8 @@ gives it three things:
 - the client address (`client_address`): REMOTE_ADDR, or with LOGIN_PROXY_COUNT proxies in front
   the address the outermost of them saw, from the right of X-Forwarded-For;
 - the answer to a refused login (`lockout_response`): a 429 page saying how long and whom to ask;
-- audit events: `login.locked_out` when a pair reaches the limit (once, not at every refused
-  attempt after it, so hammering a locked login does not grow the append-only log), and
+- audit events: `login.locked_out` when a pair reaches the limit (once per cool-off, not at
+  every refused attempt after it, so hammering a locked login does not grow the append-only log), and
   `login.unlocked` when a lockout still in force is removed (the admin's "Access attempts",
   `manage.py axes_reset*`), naming who removed it.
 """
@@ -17,6 +17,7 @@ import contextvars
 import ipaddress
 import math
 from contextlib import contextmanager
+from datetime import timedelta
 
 from axes.helpers import get_cool_off, get_failure_limit
 from axes.models import AccessAttempt
@@ -28,6 +29,7 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from dashboard.audit import audit_append
+from dashboard.models import AuditEvent
 
 LOCKED_OUT = "login.locked_out"
 UNLOCKED = "login.unlocked"
@@ -81,18 +83,34 @@ def lockout_response(request, original_response=None, credentials=None):
     return response
 
 
+def _subject(username: str, ip_address) -> str:
+    return f"login of {username!r} from {ip_address}"[:500]
+
+
+# A lockout with no cool-off (locked until an admin unlocks it) is recorded again after this long
+# if it is still being tried.
+_PERMANENT_LOCKOUT_REMINDER = timedelta(days=1)
+
+
 @receiver(user_locked_out, dispatch_uid="offsetwatch_audit_locked_out")
 def audit_locked_out(sender, request, username, ip_address, **kwargs):
-    failures = getattr(request, "axes_failures_since_start", None)
-    limit = get_failure_limit(request, getattr(request, "axes_credentials", None))
-    if failures != limit:  # refused again while locked: the lockout is already recorded
-        return
+    """axes signals at the limit and again at every refused attempt after it. One event per
+    lockout: none if this pair's lockout was recorded within the cool-off (each refused attempt
+    restarts it, so a pair hammered for hours gets one event per cool-off, not one per request).
+    Judged from the log itself, not from the failure count reaching exactly the limit, which two
+    concurrent failures can jump over."""
     username = (username or "")[:150]
+    subject = _subject(username, ip_address)
+    window = get_cool_off() or _PERMANENT_LOCKOUT_REMINDER
+    latest = (AuditEvent.objects.filter(action__in=[LOCKED_OUT, UNLOCKED], subject=subject,
+                                        at__gte=timezone.now() - window)
+              .order_by("-id").values_list("action", flat=True).first())
+    if latest == LOCKED_OUT:  # (after an unlock, a new lockout is a new event)
+        return
     audit_append(
-        actor="anonymous", remote_addr=ip_address or "", action=LOCKED_OUT,
-        subject=f"login of {username!r} from {ip_address}",
-        details={"username": username, "ip_address": ip_address, "failures": failures,
-                 "cooloff_seconds": cooloff_seconds()},
+        actor="anonymous", remote_addr=ip_address or "", action=LOCKED_OUT, subject=subject,
+        details={"username": username, "ip_address": ip_address,
+                 "failures": getattr(request, "axes_failures_since_start", None), "cooloff_seconds": cooloff_seconds()},
     )
 
 
@@ -122,7 +140,7 @@ def audit_unlocked(sender, instance: AccessAttempt, **kwargs):
     who = _unlocker.get() or {"actor": "unknown (attempts deleted outside the admin and manage.py axes_reset*)"}
     username = (instance.username or "")[:150]
     audit_append(
-        **who, action=UNLOCKED, subject=f"login of {username!r} from {instance.ip_address}",
+        **who, action=UNLOCKED, subject=_subject(username, instance.ip_address),
         details={"username": username, "ip_address": instance.ip_address,
                  "failures": instance.failures_since_start},
     )

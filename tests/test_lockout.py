@@ -7,6 +7,7 @@ another user from the same address still log in. Lockouts and unlocks are audite
 from __future__ import annotations
 
 import io
+import time
 from datetime import timedelta
 
 import pytest
@@ -123,6 +124,14 @@ def test_the_lockout_ends_when_its_cooloff_has_passed(vera):
     client, response = log_in("vera", PASSWORD)
     assert response.status_code == 302 and logged_in(client)
     assert not events(UNLOCKED)  # it ended by itself: the lockout event said for how long
+    assert len(events(LOCKED_OUT)) == 1
+
+
+def test_a_new_lockout_after_the_cooloff_of_the_last_is_a_new_event(vera, settings):
+    settings.AXES_COOLOFF_TIME = timedelta(seconds=1)  # (the append-only log cannot be back-dated)
+    assert fail(5)[-1] == 429 and len(events(LOCKED_OUT)) == 1
+    time.sleep(1.1)
+    assert fail(5)[-1] == 429 and len(events(LOCKED_OUT)) == 2
 
 
 def test_a_short_cooloff_setting_is_what_the_page_and_the_lock_use(vera, settings):
@@ -166,6 +175,8 @@ def test_an_unlock_by_manage_py_axes_reset_is_audited_and_lets_the_user_in(vera)
     assert response.status_code == 302 and logged_in(client)
     call_command("axes_reset", stdout=io.StringIO())  # nothing locked any more: nothing to audit
     assert len(events(UNLOCKED)) == 1
+    # Locked again right after the unlock: a new lockout, a new event.
+    assert fail(5)[-1] == 429 and len(events(LOCKED_OUT)) == 2
     assert audit_verify().ok
 
 
