@@ -87,6 +87,14 @@ def _subject(username: str, ip_address) -> str:
     return f"login of {username!r} from {ip_address}"[:500]
 
 
+def _newest_id_before(moment) -> int:
+    """The id of the newest audit event older than `moment` (0: none). Events are appended in
+    time order, so the ones since `moment` are the ids above it; this walks back from the newest
+    id and stops at the first older event, reading only the recent events (the log has no index
+    on time, and a search by time and subject alone would read all of it at every refused login)."""
+    return AuditEvent.objects.filter(at__lt=moment).order_by("-id").values_list("id", flat=True).first() or 0
+
+
 # A lockout with no cool-off (locked until an admin unlocks it) is recorded again after this long
 # if it is still being tried.
 _PERMANENT_LOCKOUT_REMINDER = timedelta(days=1)
@@ -102,8 +110,8 @@ def audit_locked_out(sender, request, username, ip_address, **kwargs):
     username = (username or "")[:150]
     subject = _subject(username, ip_address)
     window = get_cool_off() or _PERMANENT_LOCKOUT_REMINDER
-    latest = (AuditEvent.objects.filter(action__in=[LOCKED_OUT, UNLOCKED], subject=subject,
-                                        at__gte=timezone.now() - window)
+    latest = (AuditEvent.objects.filter(id__gt=_newest_id_before(timezone.now() - window),
+                                        action__in=[LOCKED_OUT, UNLOCKED], subject=subject)
               .order_by("-id").values_list("action", flat=True).first())
     if latest == LOCKED_OUT:  # (after an unlock, a new lockout is a new event)
         return
