@@ -23,7 +23,8 @@ from axes.helpers import get_cool_off, get_failure_limit
 from axes.models import AccessAttempt
 from axes.signals import user_locked_out
 from django.conf import settings
-from django.db.models.signals import post_delete
+from django.db.models import Max, Sum
+from django.db.models.signals import post_delete, pre_delete
 from django.dispatch import receiver
 from django.shortcuts import render
 from django.utils import timezone
@@ -95,6 +96,14 @@ def _newest_id_before(moment) -> int:
     return AuditEvent.objects.filter(at__lt=moment).order_by("-id").values_list("id", flat=True).first() or 0
 
 
+def _latest_event(subject: str) -> str | None:
+    """The newest lockout or unlock event of a pair within the cool-off (None: neither)."""
+    window = get_cool_off() or _PERMANENT_LOCKOUT_REMINDER
+    return (AuditEvent.objects.filter(id__gt=_newest_id_before(timezone.now() - window),
+                                      action__in=[LOCKED_OUT, UNLOCKED], subject=subject)
+            .order_by("-id").values_list("action", flat=True).first())
+
+
 # A lockout with no cool-off (locked until an admin unlocks it) is recorded again after this long
 # if it is still being tried.
 _PERMANENT_LOCKOUT_REMINDER = timedelta(days=1)
@@ -109,11 +118,7 @@ def audit_locked_out(sender, request, username, ip_address, **kwargs):
     concurrent failures can jump over."""
     username = (username or "")[:150]
     subject = _subject(username, ip_address)
-    window = get_cool_off() or _PERMANENT_LOCKOUT_REMINDER
-    latest = (AuditEvent.objects.filter(id__gt=_newest_id_before(timezone.now() - window),
-                                        action__in=[LOCKED_OUT, UNLOCKED], subject=subject)
-              .order_by("-id").values_list("action", flat=True).first())
-    if latest == LOCKED_OUT:  # (after an unlock, a new lockout is a new event)
+    if _latest_event(subject) == LOCKED_OUT:  # (after an unlock, a new lockout is a new event)
         return
     audit_append(
         actor="anonymous", remote_addr=ip_address or "", action=LOCKED_OUT, subject=subject,
@@ -132,25 +137,36 @@ def unlocking_by(*, actor: str, actor_user_id: int | None = None, remote_addr: s
         _unlocker.reset(token)
 
 
-def _in_force(attempt: AccessAttempt) -> bool:
+@receiver(pre_delete, sender=AccessAttempt, dispatch_uid="offsetwatch_lockout_before_delete")
+def remember_pair(sender, instance: AccessAttempt, **kwargs):
+    """Before a deletion (all rows' pre_delete come before the one DELETE), note the state of the
+    row's pair over all its rows: axes keeps one row per user agent, and a lockout is their sum."""
+    pair = AccessAttempt.objects.filter(username=instance.username, ip_address=instance.ip_address)
+    instance._offsetwatch_pair = pair.aggregate(failures=Sum("failures_since_start"), last=Max("attempt_time"))
+
+
+def _in_force(pair: dict) -> bool:
     limit = settings.AXES_FAILURE_LIMIT
     cooloff = get_cool_off()
-    return (isinstance(limit, int) and attempt.failures_since_start >= limit
-            and (cooloff is None or attempt.attempt_time >= timezone.now() - cooloff))
+    return (isinstance(limit, int) and (pair["failures"] or 0) >= limit
+            and (cooloff is None or pair["last"] >= timezone.now() - cooloff))
 
 
 @receiver(post_delete, sender=AccessAttempt, dispatch_uid="offsetwatch_audit_unlocked")
 def audit_unlocked(sender, instance: AccessAttempt, **kwargs):
     # Expired attempts are deleted too (lazily, at some later login): their lockout ended by
     # itself when its cool-off passed, which the lockout's own event already says.
-    if not _in_force(instance):
+    pair = getattr(instance, "_offsetwatch_pair", None)
+    if pair is None or not _in_force(pair):
+        return
+    username = (instance.username or "")[:150]
+    subject = _subject(username, instance.ip_address)
+    if _latest_event(subject) == UNLOCKED:  # another row of the same pair, in the same deletion
         return
     who = _unlocker.get() or {"actor": "unknown (attempts deleted outside the admin and manage.py axes_reset*)"}
-    username = (instance.username or "")[:150]
     audit_append(
-        **who, action=UNLOCKED, subject=_subject(username, instance.ip_address),
-        details={"username": username, "ip_address": instance.ip_address,
-                 "failures": instance.failures_since_start},
+        **who, action=UNLOCKED, subject=subject,
+        details={"username": username, "ip_address": instance.ip_address, "failures": pair["failures"]},
     )
 
 

@@ -217,3 +217,15 @@ def test_the_audit_page_filters_lockouts_and_unlocks_as_a_family(vera, client):
     assert '<option value="login" selected>any of logins</option>' in html
     rewinds_only = client.get(reverse("audit"), {"action": "rewind"}).content.decode()
     assert f"login of &#x27;vera&#x27; from {HERE}" in html and "login of &#x27;vera&#x27;" not in rewinds_only
+
+
+def test_a_lockout_spread_over_user_agents_is_one_lockout_and_one_unlock(vera):
+    # axes keeps a row per user agent; the lockout is their sum, and so is its unlock.
+    for agent in ("curl/8", "curl/8", "curl/8", "python/3", "python/3"):
+        Client(REMOTE_ADDR=HERE, HTTP_USER_AGENT=agent).post("/login/", {"username": "vera", "password": "wrong"})
+    assert AccessAttempt.objects.filter(username="vera").count() == 2
+    assert log_in("vera", PASSWORD)[1].status_code == 429
+    call_command("axes_reset_username", "vera", stdout=io.StringIO())
+    [event] = events(UNLOCKED)
+    assert event.details["failures"] == 6  # five, and the refused right password
+    assert len(events(LOCKED_OUT)) == 1
