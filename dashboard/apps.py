@@ -4,3 +4,10 @@ from django.apps import AppConfig
 class DashboardConfig(AppConfig):
     name = "dashboard"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        # Login throttling: the audit of lockouts (signal receivers) and an audited admin of
+        # django-axes' attempts; the admin has registered axes' own by now (it comes first).
+        from dashboard import lockout
+
+        lockout.register_admin()

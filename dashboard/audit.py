@@ -208,6 +208,7 @@ def change_lines(before, after) -> list[str]:
 # The families of actions, for the audit page's filter (a family matches "<family>.<anything>",
 # so actions added later, e.g. by the rewind workflow, are found without a change here).
 ACTION_FAMILIES = {
+    "login": "logins",  # lockouts and unlocks (dashboard/lockout.py)
     "rewind": "rewinds",
     "store": "stores",
     "cluster": "clusters",
@@ -222,6 +223,7 @@ ACTION_FAMILIES = {
 }
 # The actions this module's callers write outside the rewind workflow (which names its own).
 KNOWN_ACTIONS = (
+    "login.locked_out", "login.unlocked",
     "cluster.created", "cluster.changed", "cluster.deleted",
     "store.created", "store.changed", "store.deleted",
     "pipeline.created", "pipeline.declared", "pipeline.changed", "pipeline.deleted",

@@ -402,3 +402,60 @@ LOGGING = {
     # kaleido and its browser driver log every image at INFO: kept to warnings.
     "loggers": {name: {"level": "WARNING"} for name in ("kaleido", "choreographer", "logistro")},
 }
+
+# --- Access: login throttling, response headers, Content-Security-Policy (issue #12: 5 and 7) ---
+# Failed logins are counted per (user name, client address) by django-axes: after
+# LOGIN_FAILURE_LIMIT failures that pair is refused (429, dashboard/lockout.py) for LOGIN_COOLOFF
+# seconds, restarted by each attempt while refused (0: until an admin unlocks it). Per pair, not per
+# user alone, so someone guessing from elsewhere cannot lock the on-call engineer out of his own
+# account during an incident, nor one mistyping user a whole office behind one address.
+# OFFSETWATCH_PROXY_COUNT: how many proxies in front append to X-Forwarded-For (0: the header is
+# never believed, the address is REMOTE_ADDR). Docs: docs/ACCESS.md.
+from datetime import timedelta  # noqa: E402
+
+INSTALLED_APPS.append("axes")
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("OFFSETWATCH_LOGIN_FAILURE_LIMIT", 5)
+if AXES_FAILURE_LIMIT < 1:
+    raise ValueError(f"OFFSETWATCH_LOGIN_FAILURE_LIMIT={AXES_FAILURE_LIMIT} must be at least 1")
+_login_cooloff_s = env_int("OFFSETWATCH_LOGIN_COOLOFF", 900)
+AXES_COOLOFF_TIME = timedelta(seconds=_login_cooloff_s) if _login_cooloff_s > 0 else None
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True  # a login that succeeds forgets that pair's earlier typos
+# axes' own log of successful logins would grow forever with nothing reading it (Django keeps
+# each user's last_login); failures live in its attempts, deleted when their cool-off is over.
+AXES_DISABLE_ACCESS_LOG = True
+AXES_LOCKOUT_CALLABLE = "dashboard.lockout.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "dashboard.lockout.client_address"
+LOGIN_PROXY_COUNT = env_int("OFFSETWATCH_PROXY_COUNT", 0)
+# axes logs every attempt at INFO and a banner at start (on stdout, in every command's output):
+# kept to its warnings (a failed login, a lockout; names and addresses masked).
+AXES_VERBOSE = False
+LOGGING["loggers"]["axes"] = {"level": "WARNING"}
+# Cache-Control: no-store on every answer that sets no caching of its own (dashboard/headers.py):
+# pages, the API, /metrics and exports hold data a shared computer or proxy must not keep.
+# X-Content-Type-Options: nosniff and Referrer-Policy: same-origin are SecurityMiddleware's
+# defaults (SECURE_CONTENT_TYPE_NOSNIFF, SECURE_REFERRER_POLICY); tests/test_headers.py holds them.
+# Outside every middleware that may answer by itself (the database's 503 included), inside
+# SecurityMiddleware and WhiteNoise (static files keep their own caching).
+_headers_at = MIDDLEWARE.index("dashboard.unavailable.DatabaseUnavailableMiddleware")
+MIDDLEWARE[_headers_at:_headers_at] = ["csp.middleware.CSPMiddleware", "dashboard.headers.NoStoreMiddleware"]
+# axes turns a refused login into its answer: last, as its documentation asks.
+MIDDLEWARE.append("axes.middleware.AxesMiddleware")
+# Scripts only from our own files (no inline script, no eval); the JSON of charts comes by fetch.
+# style-src allows 'unsafe-inline' because plotly.js sets style attributes and injects <style>
+# rules while drawing (a style cannot run code; scripts stay locked down).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "font-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}

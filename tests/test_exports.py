@@ -221,7 +221,7 @@ def test_the_pipeline_page_has_chart_selectors_custom_range_and_export_links(cli
     for ext in ("png", "svg", "csv", "json"):
         assert f'href="/pipelines/{charted.pk}/chart.{ext}?{query}"' in html
     assert f'href="/pipelines/{charted.pk}/batches.csv?range=6h"' in html
-    assert "lag-chart.json?kind\\u003Dpartitions\\u0026unit\\u003Dseconds\\u0026range\\u003D6h" in html
+    assert f'data-chart-url="/pipelines/{charted.pk}/lag-chart.json?{query}"' in html
 
 
 # --- background exports ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import json
 import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import CommandError, call_command
-from django.http import JsonResponse
+from django.http import HttpRequest, JsonResponse
 from django.test import Client, RequestFactory
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
@@ -218,7 +218,7 @@ def test_create_user_with_a_password_file_then_change_its_roles(client, tmp_path
     secret.write_text("erin's long passphrase\n")
     assert run("erin", "--role", "viewer", "--password-file", str(secret), "--email", "erin@example.com") == (
         "created user 'erin' with role(s) viewer\n")
-    assert client.login(username="erin", password="erin's long passphrase")
+    assert client.login(request=HttpRequest(), username="erin", password="erin's long passphrase")
     erin = User.objects.get(username="erin")
     assert erin.email == "erin@example.com" and user_has_role(erin, VIEWER) and not user_has_role(erin, APPROVER)
 
@@ -226,12 +226,12 @@ def test_create_user_with_a_password_file_then_change_its_roles(client, tmp_path
     assert run("erin", "--role", "approver", "--role", "operator").startswith("updated user 'erin' with role(s) approver, operator")
     erin = User.objects.get(username="erin")
     assert set(erin.groups.values_list("name", flat=True)) == {"approver", "operator", "book-club"}
-    assert client.login(username="erin", password="erin's long passphrase")  # the password was kept
+    assert client.login(request=HttpRequest(), username="erin", password="erin's long passphrase")  # the password was kept
 
 
 def test_create_user_reads_the_password_from_stdin_and_without_one_makes_a_token_only_user(client):
     assert run("frank", "--role", "operator", "--password-stdin", stdin=io.StringIO("frank's passphrase\n"))
-    assert client.login(username="frank", password="frank's passphrase")
+    assert client.login(request=HttpRequest(), username="frank", password="frank's passphrase")
     assert "no password: API tokens only" in run("prometheus", "--role", "viewer")
     assert not User.objects.get(username="prometheus").has_usable_password()
 

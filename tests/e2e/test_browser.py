@@ -44,7 +44,9 @@ def incident_data(unique_name):
 
 
 def chart_points(pg) -> int:
-    pg.wait_for_function("document.getElementById('lag-chart').data !== undefined")
+    # A selector, not wait_for_function: Playwright evaluates that with eval, which the page's
+    # Content-Security-Policy refuses.
+    pg.wait_for_selector("#lag-chart.js-plotly-plot svg.main-svg")
     return pg.evaluate("document.getElementById('lag-chart').data[0].x.length")
 
 
@@ -70,8 +72,7 @@ def test_find_the_worst_pipeline_open_it_and_change_the_range(page, screenshot, 
 
     page.click("nav.ranges >> text=6h")
     page.wait_for_url("**range=6h")
-    page.wait_for_function("document.querySelector('#lag-chart .gtitle') && "
-                           "document.querySelector('#lag-chart .gtitle').textContent.includes('last 6 h')")
+    page.wait_for_selector("#lag-chart .gtitle:has-text('last 6 h')")
     assert chart_points(page) > in_last_hour  # four hours of samples against the last one
     screenshot(page, "pipeline-6h")
 

@@ -1,0 +1,11 @@
+"""django-axes' axes_reset_username, with the lockouts it removes audited as login.unlocked (dashboard/lockout.py)."""
+from axes.management.commands.axes_reset_username import Command as AxesCommand
+
+from dashboard.audit import command_actor
+from dashboard.lockout import unlocking_by
+
+
+class Command(AxesCommand):
+    def handle(self, *args, **options):
+        with unlocking_by(**command_actor("axes_reset_username")):
+            return super().handle(*args, **options)
