@@ -220,6 +220,8 @@ ACTION_FAMILIES = {
     "incident": "incidents",
     "store_problem": "store problems",
     "source_health": "source health",
+    "login_attempt": "login attempts (deleted in the admin)",
+    "login_failure": "login failure logs (deleted in the admin)",
 }
 # The actions this module's callers write outside the rewind workflow (which names its own).
 KNOWN_ACTIONS = (
@@ -231,5 +233,5 @@ KNOWN_ACTIONS = (
     "group.created", "group.changed", "group.deleted",
     "token.issued", "token.revoked", "token.deleted",
     "start_report.received", "start_report.deleted", "incident.deleted", "store_problem.deleted",
-    "source_health.deleted",
+    "source_health.deleted", "login_attempt.deleted", "login_failure.deleted",
 )

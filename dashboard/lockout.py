@@ -171,14 +171,24 @@ def audit_unlocked(sender, instance: AccessAttempt, **kwargs):
 
 
 def register_admin() -> None:
-    """Replace axes' admin of access attempts with one that names the admin who deletes them (an
-    unlock) in the audit log. Called from the app's ready(), after the admin registered axes'."""
-    from axes.admin import AccessAttemptAdmin
+    """Replace axes' admins with audited ones (every admin is: tests/test_audit_coverage.py walks
+    the registry). Deleting access attempts is an unlock when one was in force, named with the
+    admin who did it; attempts and failure logs are read-only rows whose deletion is audited;
+    the success log is off (AXES_DISABLE_ACCESS_LOG), so its admin is not shown. Called from the
+    app's ready(), after the admin registered axes'."""
+    from axes.admin import AccessAttemptAdmin, AccessFailureLogAdmin
+    from axes.models import AccessFailureLog, AccessLog
     from django.contrib import admin
 
+    from dashboard.admin import ReadOnlyAuditedAdmin
     from dashboard.audit import request_actor
 
-    class AuditedAccessAttemptAdmin(AccessAttemptAdmin):
+    class AuditedAccessAttemptAdmin(ReadOnlyAuditedAdmin, AccessAttemptAdmin):
+        audit_kind = "login_attempt"
+
+        def audit_subject(self, obj) -> str:
+            return f"login attempts {_subject(obj.username or '', obj.ip_address)}"
+
         def delete_model(self, request, obj):
             with unlocking_by(**request_actor(request)):
                 super().delete_model(request, obj)
@@ -187,6 +197,15 @@ def register_admin() -> None:
             with unlocking_by(**request_actor(request)):
                 super().delete_queryset(request, queryset)
 
-    if admin.site.is_registered(AccessAttempt):
-        admin.site.unregister(AccessAttempt)
-    admin.site.register(AccessAttempt, AuditedAccessAttemptAdmin)
+    class AuditedAccessFailureLogAdmin(ReadOnlyAuditedAdmin, AccessFailureLogAdmin):
+        audit_kind = "login_failure"
+
+        def audit_subject(self, obj) -> str:
+            return f"login failure {_subject(obj.username or '', obj.ip_address)}"
+
+    for model, model_admin in ((AccessAttempt, AuditedAccessAttemptAdmin),
+                               (AccessFailureLog, AuditedAccessFailureLogAdmin), (AccessLog, None)):
+        if admin.site.is_registered(model):
+            admin.site.unregister(model)
+        if model_admin is not None:
+            admin.site.register(model, model_admin)

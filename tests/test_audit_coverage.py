@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 import pytest
+from axes.models import AccessAttempt, AccessFailureLog
 from django.contrib import admin
 from django.contrib.auth.models import Group, Permission, User
 from django.contrib.contenttypes.models import ContentType
@@ -122,6 +123,16 @@ CASES = {
         "incident",
         make=lambda w: Incident.objects.create(pipeline=w.pipeline, opened_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
                                                closed_at=datetime(2026, 1, 2, tzinfo=timezone.utc), worst_status=3),
+    ),
+    "axes.AccessAttempt": Case(
+        "login_attempt",
+        make=lambda w: AccessAttempt.objects.create(username=w.unique_name("u"), ip_address="198.51.100.9",
+                                                    user_agent="t", failures_since_start=1),
+    ),
+    "axes.AccessFailureLog": Case(
+        "login_failure",
+        make=lambda w: AccessFailureLog.objects.create(username=w.unique_name("u"), ip_address="198.51.100.9",
+                                                       user_agent="t"),
     ),
     "auth.User": Case(
         "user",
