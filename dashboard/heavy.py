@@ -11,12 +11,18 @@ is swept by the next acquire, so nobody is locked out longer than that.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 import uuid
+from typing import Callable, TypeVar
 
 import redis
 from django.conf import settings
+from django.db import connections
 from django.http import HttpResponse, JsonResponse
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +122,45 @@ def acquire(*, user_id) -> Slot:
                    f"charts, full exports) for other users (OFFSETWATCH_HEAVY_GLOBAL); try again in "
                    f"{RETRY_AFTER_S} s")
     return Slot(key, token)
+
+
+def at_low_priority(compute: Callable[[], T]) -> T:
+    """compute() run in a fresh thread at CPU niceness HEAVY_NICE (0: here, as is): on a busy
+    machine a heavy chart gets what the other requests leave, instead of taking a core from them.
+
+    Linux keeps niceness per thread and an unprivileged thread may raise it but never lower it
+    again: hence a thread that ends with the computation, not the worker's own. The request's
+    database connection is lent to it (the request waits meanwhile: one user at a time, as
+    Django's live server does), so it sees the same transaction and opens no connection."""
+    if settings.HEAVY_NICE <= 0:
+        return compute()
+    lent = {alias: connections[alias] for alias in connections}
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), settings.HEAVY_NICE)
+        except OSError as exc:  # e.g. not Linux: computed at normal priority
+            log.debug("heavy computation not reniced: %s", exc)
+        for alias, conn in lent.items():
+            connections[alias] = conn
+        try:
+            outcome["value"] = compute()
+        except BaseException as exc:  # noqa: BLE001 (raised again in the request's thread)
+            outcome["error"] = exc
+
+    for conn in lent.values():
+        conn.inc_thread_sharing()
+    try:
+        worker = threading.Thread(target=run, name="heavy-low-priority", daemon=True)
+        worker.start()
+        worker.join()
+    finally:
+        for conn in lent.values():
+            conn.dec_thread_sharing()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def busy_response(request, exc: Busy) -> HttpResponse:

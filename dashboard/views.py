@@ -190,9 +190,8 @@ def pipeline_lag_chart(request, pipeline_id: int):
         long_chart = (r.until - r.since).total_seconds() > heavy.CHART_SPAN_S
         try:
             with heavy.acquire(user_id=request.user.pk) if long_chart else nullcontext():
-                chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz)
-                body = charts.chart_figure(table=chart.table, markers=chart.markers, title=chart.title,
-                                           tz=tz).to_json().encode()
+                body = (heavy.at_low_priority if long_chart else _now)(
+                    lambda: _figure(pipeline=pipeline, chart_params=chart_params, tz=tz).to_json().encode())
         except heavy.Busy as exc:
             return heavy.busy_response(request, exc)
         chart_cache.put(cached, body)
@@ -200,6 +199,21 @@ def pipeline_lag_chart(request, pipeline_id: int):
 
 
 IMAGE_MAX_WIDTH, IMAGE_MAX_HEIGHT = 2400, 1600
+
+
+def _now(compute):
+    return compute()
+
+
+def _figure(*, pipeline: Pipeline, chart_params: params.ChartParams, tz):
+    chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz)
+    return charts.chart_figure(table=chart.table, markers=chart.markers, title=chart.title, tz=tz)
+
+
+def _image(*, pipeline: Pipeline, chart_params: params.ChartParams, tz, fmt: str, width: int, height: int) -> bytes:
+    fig = _figure(pipeline=pipeline, chart_params=chart_params, tz=tz)
+    fig.update_layout(height=height, width=width)
+    return exports.render_image(fig, fmt=fmt, width=width, height=height)
 
 
 @require_GET
@@ -219,10 +233,8 @@ def pipeline_chart_image(request, pipeline_id: int, fmt: str):
     if image is None:
         try:
             with heavy.acquire(user_id=request.user.pk):
-                chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz)
-                fig = charts.chart_figure(table=chart.table, markers=chart.markers, title=chart.title, tz=tz)
-                fig.update_layout(height=height, width=width)
-                image = exports.render_image(fig, fmt=fmt, width=width, height=height)
+                image = heavy.at_low_priority(lambda: _image(pipeline=pipeline, chart_params=chart_params, tz=tz, fmt=fmt,
+                                                             width=width, height=height))
         except heavy.Busy as exc:
             return heavy.busy_response(request, exc)
         except exports.ImageExportFailed as exc:
@@ -265,16 +277,18 @@ def pipeline_chart_data(request, pipeline_id: int, fmt: str):
     except heavy.Busy as exc:
         return heavy.busy_response(request, exc)
     if fmt == "json":
-        with slot:
+        def document() -> JsonResponse:
             chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz)
             table = charts.table_downsample(chart.table, max_points) if max_points else chart.table
-            doc = exports.chart_json(pipeline=pipeline, table=table, markers=chart.markers, time_range=r, tz=tz,
-                                     title=chart.title, downsampled_to=max_points)
-            response = JsonResponse(doc)
+            return JsonResponse(exports.chart_json(pipeline=pipeline, table=table, markers=chart.markers,
+                                                   time_range=r, tz=tz, title=chart.title, downsampled_to=max_points))
+
+        with slot:
+            response = heavy.at_low_priority(document)
         chart_cache.put(cached, response.content)
         return _attachment(response, name)
     try:
-        chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz)
+        chart = heavy.at_low_priority(lambda: charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz))
     except BaseException:
         slot.release()
         raise

@@ -283,3 +283,21 @@ def test_a_fourth_background_export_is_a_429_until_one_finishes(client, alice, d
     ExportJob.objects.filter(pk=ExportJob.objects.filter(user=alice).first().pk).update(status=ExportJob.Status.DONE)
     with django_capture_on_commit_callbacks(execute=False):
         assert client.post(url, {"export": "chart_csv", "range": "24h"}).status_code == 302
+
+
+def test_a_heavy_computation_runs_niced_in_its_own_thread_on_the_requests_connection(day, settings):
+    import os
+    import threading
+
+    settings.HEAVY_NICE = 10
+
+    def compute():
+        return (threading.get_ident(), os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
+                LagSample.objects.filter(pipeline=day).count())  # the test's uncommitted rows
+
+    ident, nice, samples = heavy.at_low_priority(compute)
+    assert ident != threading.get_ident() and nice >= 10 and samples == 145
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < 10  # the caller is not reniced
+    with pytest.raises(ZeroDivisionError):
+        heavy.at_low_priority(lambda: 1 / 0)
+    assert LagSample.objects.filter(pipeline=day).count() == 145  # the connection is still the caller's
