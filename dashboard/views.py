@@ -1,7 +1,6 @@
 """Thin views: validate input, call a selector, render."""
 from __future__ import annotations
 
-from contextlib import nullcontext
 from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlencode
@@ -187,22 +186,22 @@ def pipeline_lag_chart(request, pipeline_id: int):
     cached = chart_cache.entry("lag-chart", pipeline_id=pipeline.pk, tz_name=tz.key, params=chart_params)
     body = chart_cache.get(cached)
     if body is None:
-        long_chart = (r.until - r.since).total_seconds() > heavy.CHART_SPAN_S
-        try:
-            with heavy.acquire(user_id=request.user.pk) if long_chart else nullcontext():
-                body = (heavy.at_low_priority if long_chart else _now)(
-                    lambda: _figure(pipeline=pipeline, chart_params=chart_params, tz=tz).to_json().encode())
-        except heavy.Busy as exc:
-            return heavy.busy_response(request, exc)
+        def figure() -> bytes:
+            return _figure(pipeline=pipeline, chart_params=chart_params, tz=tz).to_json().encode()
+
+        if (r.until - r.since).total_seconds() <= heavy.CHART_SPAN_S:
+            body = figure()
+        else:
+            try:
+                with heavy.acquire(user_id=request.user.pk):
+                    body = heavy.at_low_priority(figure)
+            except heavy.Busy as exc:
+                return heavy.busy_response(request, exc)
         chart_cache.put(cached, body)
     return HttpResponse(body, content_type="application/json")
 
 
 IMAGE_MAX_WIDTH, IMAGE_MAX_HEIGHT = 2400, 1600
-
-
-def _now(compute):
-    return compute()
 
 
 def _figure(*, pipeline: Pipeline, chart_params: params.ChartParams, tz):
@@ -233,8 +232,8 @@ def pipeline_chart_image(request, pipeline_id: int, fmt: str):
     if image is None:
         try:
             with heavy.acquire(user_id=request.user.pk):
-                image = heavy.at_low_priority(lambda: _image(pipeline=pipeline, chart_params=chart_params, tz=tz, fmt=fmt,
-                                                             width=width, height=height))
+                image = heavy.at_low_priority(lambda: _image(pipeline=pipeline, chart_params=chart_params, tz=tz,
+                                                             fmt=fmt, width=width, height=height))
         except heavy.Busy as exc:
             return heavy.busy_response(request, exc)
         except exports.ImageExportFailed as exc:
@@ -289,12 +288,13 @@ def pipeline_chart_data(request, pipeline_id: int, fmt: str):
         return _attachment(response, name)
     try:
         chart = heavy.at_low_priority(lambda: charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz))
+        table = charts.table_downsample(chart.table, max_points) if max_points else chart.table
+        header, data = exports.chart_table_rows(table, tz)
+        preamble = exports.export_preamble(pipeline=pipeline, what=chart.title, time_range=r, tz=tz,
+                                           now=timezone.now())
     except BaseException:
-        slot.release()
+        slot.release()  # the stream that would release it is never made
         raise
-    table = charts.table_downsample(chart.table, max_points) if max_points else chart.table
-    header, data = exports.chart_table_rows(table, tz)
-    preamble = exports.export_preamble(pipeline=pipeline, what=chart.title, time_range=r, tz=tz, now=timezone.now())
     stream = _ReleasingStream(exports.csv_stream(header=header, rows=data, preamble=preamble), slot)
     return _attachment(StreamingHttpResponse(stream, content_type="text/csv; charset=utf-8"), name)
 
@@ -321,11 +321,11 @@ def pipeline_batches_csv(request, pipeline_id: int):
     tz = params.time_zone()
     try:
         header, data = exports.batches_table(pipeline=pipeline, time_range=time_range, tz=tz)
+        preamble = exports.export_preamble(pipeline=pipeline, what="per-batch history", time_range=time_range,
+                                           tz=tz, now=timezone.now())
     except BaseException:
-        slot.release()
+        slot.release()  # the stream that would release it is never made
         raise
-    preamble = exports.export_preamble(pipeline=pipeline, what="per-batch history", time_range=time_range, tz=tz,
-                                       now=timezone.now())
     name = exports.download_name(pipeline=pipeline, what="batches", time_range=time_range, ext="csv")
     stream = _ReleasingStream(exports.csv_stream(header=header, rows=data, preamble=preamble), slot)
     return _attachment(StreamingHttpResponse(stream, content_type="text/csv; charset=utf-8"), name)
