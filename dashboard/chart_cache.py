@@ -82,8 +82,11 @@ def quantized(params: ChartParams) -> ChartParams:
         return params
     since_s, until_s = r.since.timestamp(), r.until.timestamp()
     step = step_s(until_s - since_s)
-    since = datetime.fromtimestamp(math.floor(since_s / step) * step, tz=dt_timezone.utc)
-    until = datetime.fromtimestamp(math.ceil(until_s / step) * step, tz=dt_timezone.utc)
+    try:
+        since = datetime.fromtimestamp(math.floor(since_s / step) * step, tz=dt_timezone.utc)
+        until = datetime.fromtimestamp(math.ceil(until_s / step) * step, tz=dt_timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return params  # widened past year 1 or 9999: drawn as asked (there is no data there to share)
     return replace(params, range=TimeRange(since, until, None))
 
 

@@ -301,3 +301,11 @@ def test_a_heavy_computation_runs_niced_in_its_own_thread_on_the_requests_connec
     with pytest.raises(ZeroDivisionError):
         heavy.at_low_priority(lambda: 1 / 0)
     assert LagSample.objects.filter(pipeline=day).count() == 145  # the connection is still the caller's
+
+
+def test_a_range_at_the_end_of_the_calendar_is_drawn_as_asked_not_widened_past_it(client, alice, day):
+    # Widened to whole hours, 9999-12-31T23:30 would end in year 10000.
+    response = client.get(reverse("pipeline_lag_chart", args=[day.pk]),
+                          {"from": "9999-12-02T00:00+00:00", "to": "9999-12-31T23:30+00:00"})
+    assert response.status_code == 200
+    assert "9999-12-31 23:30" in response.json()["layout"]["title"]["text"]
