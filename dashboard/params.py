@@ -125,8 +125,29 @@ def parse_chart_params(query: QueryDict, *, now: datetime) -> ChartParams:
     return ChartParams(
         kind=_choice(query, "kind", KINDS, "total"),
         unit=_choice(query, "unit", UNITS, "messages"),
-        range=parse_range(query, now=now),
+        range=within_max_span(parse_range(query, now=now)),
     )
+
+
+def within_max_span(time_range: TimeRange) -> TimeRange:
+    """The range, if it spans at most CHART_MAX_SPAN_S: a chart's cost grows with its span, so a
+    longer one is a 400 naming the parameter that made it long (`from`, or `range`)."""
+    limit = timedelta(seconds=settings.CHART_MAX_SPAN_S)
+    if time_range.since is None or time_range.until - time_range.since <= limit:
+        return time_range
+    name = "range" if time_range.preset else "from"
+    shown = time_range.preset or time_range.since.isoformat()
+    raise BadParam(name, shown, f"makes a range longer than the most a chart spans ({_span_words(limit)}, "
+                                "OFFSETWATCH_CHART_MAX_SPAN): choose a later 'from' or an earlier 'to'")
+
+
+def _span_words(span: timedelta) -> str:
+    seconds = span.total_seconds()
+    if seconds % 86400 == 0:
+        return f"{int(seconds // 86400)} days"
+    if seconds % 3600 == 0:
+        return f"{int(seconds // 3600)} hours"
+    return f"{seconds:g} seconds"
 
 
 def parse_int(query: QueryDict, name: str, *, default: int | None, low: int, high: int) -> int | None:

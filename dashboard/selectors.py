@@ -364,6 +364,16 @@ def lag_sample_count(*, pipeline: Pipeline, since: datetime, until: datetime) ->
     return pipeline.lag_samples.filter(sampled_at__gte=since, sampled_at__lte=until).count()
 
 
+def chart_series_count(*, pipeline: Pipeline, kind: str, since: datetime, until: datetime) -> int:
+    """The series of the pipeline's chart over [since, until]: 1 for a total, else the partitions
+    of the newest lag sample in the range (one indexed row: enough to bound an export's size)."""
+    if kind == "total":
+        return 1
+    newest = (pipeline.lag_samples.filter(sampled_at__gte=since, sampled_at__lte=until).order_by("-sampled_at")
+              .values_list("committed", flat=True).first())
+    return max(1, len(unpack(newest))) if newest is not None else 1
+
+
 @dataclass(frozen=True)
 class Marker:
     """An event drawn on a chart's time axis."""
@@ -430,6 +440,13 @@ def _batches_in(pipeline: Pipeline, since_ms: int | None, until_ms: int):
 
 def batch_export_count(*, pipeline: Pipeline, since_ms: int | None, until_ms: int) -> int:
     return _batches_in(pipeline, since_ms, until_ms).count()
+
+
+def batch_export_width(*, pipeline: Pipeline, since_ms: int | None, until_ms: int) -> int:
+    """The partitions of the newest batch in the range (one indexed row): an export's columns,
+    near enough to bound its size before it runs."""
+    newest = _batches_in(pipeline, since_ms, until_ms).order_by("-batch_time_ms").values_list("offsets", flat=True).first()
+    return max(1, len(newest or {}))
 
 
 def batch_export_partitions(*, pipeline: Pipeline, since_ms: int | None, until_ms: int) -> list[int]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import F, Min, Q, Subquery
 from django.db.models.functions import TruncHour, TruncMinute
@@ -785,17 +786,32 @@ def history_prune(*, now: datetime) -> dict[str, int]:
 # --- background exports -------------------------------------------------------------------------
 
 
+class ExportQueueFull(Exception):
+    """The user already has EXPORT_JOBS_PER_USER background exports queued or running."""
+
+
 def export_job_create(*, user, pipeline: Pipeline, kind: str, time_range, chart_kind: str = "total",
                       chart_unit: str = "messages") -> ExportJob:
     """Record an export to run in the background and queue it once the row is committed. The
-    range is frozen now: "last 30 days" means the 30 days before the request."""
-    job = ExportJob.objects.create(
-        user=user, pipeline=pipeline, kind=kind,
-        params={"since": time_range.since.isoformat() if time_range.since else None,
-                "until": time_range.until.isoformat(), "preset": time_range.preset,
-                "kind": chart_kind, "unit": chart_unit},
-    )
-    transaction.on_commit(lambda: _export_enqueue(job.pk))
+    range is frozen now: "last 30 days" means the 30 days before the request. ExportQueueFull
+    if the user has EXPORT_JOBS_PER_USER exports pending: one viewer cannot fill the workers."""
+    with transaction.atomic():
+        # The user's row locked: two requests at once cannot both count the same pending jobs.
+        list(get_user_model().objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
+        pending = ExportJob.objects.filter(
+            user=user, status__in=(ExportJob.Status.QUEUED, ExportJob.Status.RUNNING)).count()
+        if pending >= settings.EXPORT_JOBS_PER_USER:
+            raise ExportQueueFull(
+                f"you have {pending} background exports queued or running, the most a user may have "
+                f"(OFFSETWATCH_EXPORT_JOBS_PER_USER={settings.EXPORT_JOBS_PER_USER}): wait for one to finish "
+                "(see your exports)")
+        job = ExportJob.objects.create(
+            user=user, pipeline=pipeline, kind=kind,
+            params={"since": time_range.since.isoformat() if time_range.since else None,
+                    "until": time_range.until.isoformat(), "preset": time_range.preset,
+                    "kind": chart_kind, "unit": chart_unit},
+        )
+        transaction.on_commit(lambda: _export_enqueue(job.pk))
     return job
 
 

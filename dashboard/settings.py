@@ -459,3 +459,22 @@ CONTENT_SECURITY_POLICY = {
         "frame-ancestors": ["'none'"],
     },
 }
+
+# Bounded cost per user (issue #12; docs/BOUNDED_COST.md): no viewer can slow the dashboard for
+# everyone. Charts span at most CHART_MAX_SPAN_S (400 beyond); an inline export or chart.json
+# holds at most EXPORT_INLINE_MAX_POINTS values (413 with a background export offered beyond);
+# a user has at most EXPORT_JOBS_PER_USER background exports queued or running (429 beyond).
+# Heavy requests (image renders, cold charts, full exports) take a slot in Redis: at most
+# HEAVY_PER_USER per user and HEAVY_GLOBAL in all (429 beyond), below the web workers (3), so
+# one worker is always left for light requests; a killed worker's slot expires after
+# HEAVY_SLOT_TTL_S; their computation runs at CPU niceness HEAVY_NICE (0: normal). Chart answers are cached in Redis for every worker, within
+# CHART_CACHE_MAX_ENTRIES entries and CHART_CACHE_MAX_BYTES bytes.
+CHART_MAX_SPAN_S = env_float("OFFSETWATCH_CHART_MAX_SPAN", 30 * 24 * 3600.0)
+EXPORT_INLINE_MAX_POINTS = env_int("OFFSETWATCH_EXPORT_INLINE_MAX_POINTS", 500_000)
+EXPORT_JOBS_PER_USER = env_int("OFFSETWATCH_EXPORT_JOBS_PER_USER", 3)
+HEAVY_PER_USER = env_int("OFFSETWATCH_HEAVY_PER_USER", 1)
+HEAVY_GLOBAL = env_int("OFFSETWATCH_HEAVY_GLOBAL", 2)
+HEAVY_SLOT_TTL_S = env_float("OFFSETWATCH_HEAVY_SLOT_TTL", 120.0)
+HEAVY_NICE = env_int("OFFSETWATCH_HEAVY_NICE", 10)
+CHART_CACHE_MAX_ENTRIES = env_int("OFFSETWATCH_CHART_CACHE_MAX_ENTRIES", 1000)
+CHART_CACHE_MAX_BYTES = env_int("OFFSETWATCH_CHART_CACHE_MAX_BYTES", 64 * 1024 * 1024)

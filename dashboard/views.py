@@ -7,7 +7,6 @@ from urllib.parse import urlencode
 
 import plotly
 from django.conf import settings
-from django.core.cache import cache
 from django.db import connection
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
@@ -15,7 +14,7 @@ from django.utils import timezone
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import charts, exports, metrics, params, selectors, services
+from dashboard import chart_cache, charts, exports, heavy, metrics, params, selectors, services
 from dashboard.forms import OverviewFilterForm
 from dashboard.models import ExportJob, Pipeline
 from dashboard.roles import OPERATOR, VIEWER, role_required, user_has_role
@@ -134,17 +133,41 @@ def _attachment(response, filename: str):
 
 
 def _chart_request(request, pipeline_id: int):
-    """(pipeline, chart parameters, time zone) of a chart or chart-export request."""
+    """(pipeline, chart parameters, time zone) of a chart or chart-export request; a custom range
+    is quantized (chart_cache.quantized) so requests milliseconds apart share a cache entry."""
     pipeline = _pipeline_or_404(pipeline_id)
-    return pipeline, params.parse_chart_params(request.GET, now=timezone.now()), params.time_zone()
+    chart_params = chart_cache.quantized(params.parse_chart_params(request.GET, now=timezone.now()))
+    return pipeline, chart_params, params.time_zone()
 
 
-def _too_large(request, *, pipeline: Pipeline, kind: str, rows: int, query: dict) -> HttpResponse:
+def _too_large(request, *, pipeline: Pipeline, kind: str, rows: int, points: int, query: dict) -> HttpResponse:
     """A page offering the export as a background job (413: scripts do not save it as CSV)."""
     return render(request, "dashboard/export_too_large.html", {
         "pipeline": pipeline, "kind": kind, "kind_label": ExportJob.Kind(kind).label, "rows": rows,
-        "limit": settings.EXPORT_INLINE_MAX_ROWS, "fields": sorted(query.items()),
+        "limit": settings.EXPORT_INLINE_MAX_ROWS, "points": points, "points_limit": settings.EXPORT_INLINE_MAX_POINTS,
+        "fields": sorted(query.items()),
     }, status=413)
+
+
+def _too_many(rows: int, points: int) -> bool:
+    return rows > settings.EXPORT_INLINE_MAX_ROWS or points > settings.EXPORT_INLINE_MAX_POINTS
+
+
+class _ReleasingStream:
+    """A streamed body that gives its heavy slot back when it ends or its response is closed
+    (the server closes it after sending, or when the client goes away)."""
+
+    def __init__(self, chunks, slot: heavy.Slot):
+        self.chunks, self.slot = chunks, slot
+
+    def __iter__(self):
+        try:
+            yield from self.chunks
+        finally:
+            self.slot.release()
+
+    def close(self) -> None:
+        self.slot.release()
 
 
 @require_GET
@@ -156,18 +179,40 @@ def pipeline_lag_chart(request, pipeline_id: int):
     except params.BadParam as exc:
         return _bad_param(exc)
     # The page redraws its chart at every poll (5 s). A figure ~1,000 px wide over a range moves
-    # by one pixel every span/1000: kept that long (at most 5 min), a 30-day chart of 64
-    # partitions (seconds to compute) is computed every 5 min, a 1-hour chart at every poll.
+    # by one pixel every span/1000: kept that long (at most 5 min, in Redis for every worker), a
+    # 30-day chart of 64 partitions (seconds to compute) is computed every 5 min, a 1-hour chart
+    # at every poll (cheap: it takes no heavy slot).
     r = chart_params.range
-    key = f"lag-chart:{pipeline.pk}:{tz.key}:{urlencode(chart_params.query())}"
-    ttl = min(300.0, (r.until - r.since).total_seconds() / 1000)
-    body = cache.get(key) if ttl >= 5 else None
+    cached = chart_cache.entry("lag-chart", pipeline_id=pipeline.pk, tz_name=tz.key, params=chart_params)
+    body = chart_cache.get(cached)
     if body is None:
-        chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz)
-        body = charts.chart_figure(table=chart.table, markers=chart.markers, title=chart.title, tz=tz).to_json()
-        if ttl >= 5:
-            cache.set(key, body, ttl)
+        def figure() -> bytes:
+            return _figure(pipeline=pipeline, chart_params=chart_params, tz=tz).to_json().encode()
+
+        if (r.until - r.since).total_seconds() <= heavy.CHART_SPAN_S:
+            body = figure()
+        else:
+            try:
+                with heavy.acquire(user_id=request.user.pk):
+                    body = heavy.at_low_priority(figure)
+            except heavy.Busy as exc:
+                return heavy.busy_response(request, exc)
+        chart_cache.put(cached, body)
     return HttpResponse(body, content_type="application/json")
+
+
+IMAGE_MAX_WIDTH, IMAGE_MAX_HEIGHT = 2400, 1600
+
+
+def _figure(*, pipeline: Pipeline, chart_params: params.ChartParams, tz):
+    chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz)
+    return charts.chart_figure(table=chart.table, markers=chart.markers, title=chart.title, tz=tz)
+
+
+def _image(*, pipeline: Pipeline, chart_params: params.ChartParams, tz, fmt: str, width: int, height: int) -> bytes:
+    fig = _figure(pipeline=pipeline, chart_params=chart_params, tz=tz)
+    fig.update_layout(height=height, width=width)
+    return exports.render_image(fig, fmt=fmt, width=width, height=height)
 
 
 @require_GET
@@ -176,18 +221,25 @@ def pipeline_chart_image(request, pipeline_id: int, fmt: str):
     """The chart as PNG or SVG, rendered by kaleido with Chromium, as a download."""
     try:
         pipeline, chart_params, tz = _chart_request(request, pipeline_id)
-        width = params.parse_int(request.GET, "width", default=1200, low=300, high=4000)
-        height = params.parse_int(request.GET, "height", default=500, low=200, high=3000)
+        # Render time grows with the pixels (4000x3000 took 6 s): a poster is not a chart.
+        width = params.parse_int(request.GET, "width", default=1200, low=300, high=IMAGE_MAX_WIDTH)
+        height = params.parse_int(request.GET, "height", default=500, low=200, high=IMAGE_MAX_HEIGHT)
     except params.BadParam as exc:
         return _bad_param(exc)
-    chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz)
-    fig = charts.chart_figure(table=chart.table, markers=chart.markers, title=chart.title, tz=tz)
-    fig.update_layout(height=height, width=width)
-    try:
-        image = exports.render_image(fig, fmt=fmt, width=width, height=height)
-    except exports.ImageExportFailed as exc:
-        return HttpResponse(f"the chart image could not be made: {exc}", status=503,
-                            content_type="text/plain; charset=utf-8")
+    cached = chart_cache.entry("image", pipeline_id=pipeline.pk, tz_name=tz.key, params=chart_params,
+                               extra=(fmt, width, height))
+    image = chart_cache.get(cached)
+    if image is None:
+        try:
+            with heavy.acquire(user_id=request.user.pk):
+                image = heavy.at_low_priority(lambda: _image(pipeline=pipeline, chart_params=chart_params, tz=tz,
+                                                             fmt=fmt, width=width, height=height))
+        except heavy.Busy as exc:
+            return heavy.busy_response(request, exc)
+        except exports.ImageExportFailed as exc:
+            return HttpResponse(f"the chart image could not be made: {exc}", status=503,
+                                content_type="text/plain; charset=utf-8")
+        chart_cache.put(cached, image)
     name = exports.download_name(pipeline=pipeline, what=f"{chart_params.kind}-{chart_params.unit}",
                                  time_range=chart_params.range, ext=fmt)
     return _attachment(HttpResponse(image, content_type=exports.IMAGE_TYPES[fmt]), name)
@@ -204,22 +256,47 @@ def pipeline_chart_data(request, pipeline_id: int, fmt: str):
         return _bad_param(exc)
     r = chart_params.range
     rows = selectors.lag_sample_count(pipeline=pipeline, since=r.since, until=r.until)
-    # Too many rows for a request: the background job writes the CSV (JSON: ask with max_points).
-    if max_points is None and rows > settings.EXPORT_INLINE_MAX_ROWS:
-        return _too_large(request, pipeline=pipeline, kind=ExportJob.Kind.CHART_CSV, rows=rows,
+    points = rows * selectors.chart_series_count(pipeline=pipeline, kind=chart_params.kind, since=r.since, until=r.until)
+    # Too many rows or values for a request: the background job writes the CSV (JSON: ask with
+    # max_points, at most EXPORT_INLINE_MAX_POINTS).
+    if max_points is not None:
+        rows, points = min(rows, max_points), min(points, max_points)
+    if _too_many(rows, points):
+        return _too_large(request, pipeline=pipeline, kind=ExportJob.Kind.CHART_CSV, rows=rows, points=points,
                           query=chart_params.query())
-    chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz)
-    table = charts.table_downsample(chart.table, max_points) if max_points else chart.table
     name = exports.download_name(pipeline=pipeline, what=f"{chart_params.kind}-{chart_params.unit}",
                                  time_range=r, ext=fmt)
+    cached = chart_cache.entry("chart-json", pipeline_id=pipeline.pk, tz_name=tz.key, params=chart_params,
+                               extra=(max_points,))
+    body = chart_cache.get(cached) if fmt == "json" else None
+    if body is not None:
+        return _attachment(HttpResponse(body, content_type="application/json"), name)
+    try:
+        slot = heavy.acquire(user_id=request.user.pk)
+    except heavy.Busy as exc:
+        return heavy.busy_response(request, exc)
     if fmt == "json":
-        doc = exports.chart_json(pipeline=pipeline, table=table, markers=chart.markers, time_range=r, tz=tz,
-                                 title=chart.title, downsampled_to=max_points)
-        return _attachment(JsonResponse(doc), name)
-    header, data = exports.chart_table_rows(table, tz)
-    preamble = exports.export_preamble(pipeline=pipeline, what=chart.title, time_range=r, tz=tz, now=timezone.now())
-    return _attachment(StreamingHttpResponse(exports.csv_stream(header=header, rows=data, preamble=preamble),
-                                             content_type="text/csv; charset=utf-8"), name)
+        def document() -> JsonResponse:
+            chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz)
+            table = charts.table_downsample(chart.table, max_points) if max_points else chart.table
+            return JsonResponse(exports.chart_json(pipeline=pipeline, table=table, markers=chart.markers,
+                                                   time_range=r, tz=tz, title=chart.title, downsampled_to=max_points))
+
+        with slot:
+            response = heavy.at_low_priority(document)
+        chart_cache.put(cached, response.content)
+        return _attachment(response, name)
+    try:
+        chart = heavy.at_low_priority(lambda: charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz))
+        table = charts.table_downsample(chart.table, max_points) if max_points else chart.table
+        header, data = exports.chart_table_rows(table, tz)
+        preamble = exports.export_preamble(pipeline=pipeline, what=chart.title, time_range=r, tz=tz,
+                                           now=timezone.now())
+    except BaseException:
+        slot.release()  # the stream that would release it is never made
+        raise
+    stream = _ReleasingStream(exports.csv_stream(header=header, rows=data, preamble=preamble), slot)
+    return _attachment(StreamingHttpResponse(stream, content_type="text/csv; charset=utf-8"), name)
 
 
 @require_GET
@@ -233,16 +310,25 @@ def pipeline_batches_csv(request, pipeline_id: int):
         return _bad_param(exc)
     since_ms, until_ms = exports.range_ms(time_range)
     rows = selectors.batch_export_count(pipeline=pipeline, since_ms=since_ms, until_ms=until_ms)
-    if rows > settings.EXPORT_INLINE_MAX_ROWS:
-        return _too_large(request, pipeline=pipeline, kind=ExportJob.Kind.BATCHES_CSV, rows=rows,
+    points = rows * selectors.batch_export_width(pipeline=pipeline, since_ms=since_ms, until_ms=until_ms)
+    if _too_many(rows, points):
+        return _too_large(request, pipeline=pipeline, kind=ExportJob.Kind.BATCHES_CSV, rows=rows, points=points,
                           query=time_range.query())
+    try:
+        slot = heavy.acquire(user_id=request.user.pk)
+    except heavy.Busy as exc:
+        return heavy.busy_response(request, exc)
     tz = params.time_zone()
-    header, data = exports.batches_table(pipeline=pipeline, time_range=time_range, tz=tz)
-    preamble = exports.export_preamble(pipeline=pipeline, what="per-batch history", time_range=time_range, tz=tz,
-                                       now=timezone.now())
+    try:
+        header, data = exports.batches_table(pipeline=pipeline, time_range=time_range, tz=tz)
+        preamble = exports.export_preamble(pipeline=pipeline, what="per-batch history", time_range=time_range,
+                                           tz=tz, now=timezone.now())
+    except BaseException:
+        slot.release()  # the stream that would release it is never made
+        raise
     name = exports.download_name(pipeline=pipeline, what="batches", time_range=time_range, ext="csv")
-    return _attachment(StreamingHttpResponse(exports.csv_stream(header=header, rows=data, preamble=preamble),
-                                             content_type="text/csv; charset=utf-8"), name)
+    stream = _ReleasingStream(exports.csv_stream(header=header, rows=data, preamble=preamble), slot)
+    return _attachment(StreamingHttpResponse(stream, content_type="text/csv; charset=utf-8"), name)
 
 
 @role_required(VIEWER)  # first: a stranger is sent to log in, not told which methods exist
@@ -262,8 +348,11 @@ def export_job_new(request, pipeline_id: int):
             chart_kind, unit = "total", "messages"
     except params.BadParam as exc:
         return _bad_param(exc)
-    services.export_job_create(user=request.user, pipeline=pipeline, kind=kind, time_range=time_range,
-                               chart_kind=chart_kind, chart_unit=unit)
+    try:
+        services.export_job_create(user=request.user, pipeline=pipeline, kind=kind, time_range=time_range,
+                                   chart_kind=chart_kind, chart_unit=unit)
+    except services.ExportQueueFull as exc:
+        return heavy.busy_response(request, heavy.Busy(str(exc), retry_after_s=60))
     return redirect("export_jobs")
 
 

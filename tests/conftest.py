@@ -99,3 +99,25 @@ def collectors_ticking(db):
         pass  # a test that points REDIS_URL at a dead server: nothing to clear
     return services.source_health_record(source=collector_health.BEAT_SOURCE, label=collector_health.BEAT_LABEL,
                                          started_at=timezone.now(), duration_ms=0)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_chart_cache_and_heavy_slots(request):
+    """Database tests start with no cached chart and no heavy-request slot held: both live in
+    Redis, outside the test's transaction, and primary keys repeat from one run to the next."""
+    if "db" not in request.fixturenames and request.node.get_closest_marker("django_db") is None:
+        yield
+        return
+    import redis
+
+    from dashboard import chart_cache, heavy
+
+    def reset() -> None:
+        try:
+            chart_cache.reset()
+            heavy.reset()
+        except redis.exceptions.RedisError:
+            pass  # a test that points REDIS_URL at a dead server: nothing to clear
+    reset()
+    yield
+    reset()

@@ -190,7 +190,7 @@ def test_a_negative_lag_stays_a_number_not_a_quoted_formula():
     ("pipeline_chart_csv", {"unit": "bytes"}, "parameter 'unit': 'bytes' is not one of messages, seconds"),
     ("pipeline_chart_json", {"from": "yesterday"}, "parameter 'from': 'yesterday' is not a date-time"),
     ("pipeline_lag_chart", {"from": "2026-11-02T00:00", "to": "2026-11-01T00:00"}, "parameter 'from': '2026-11-02T00:00' must be before 'to'"),
-    ("pipeline_chart_png", {"width": "99999"}, "parameter 'width': '99999' is not a whole number from 300 to 4000"),
+    ("pipeline_chart_png", {"width": "99999"}, "parameter 'width': '99999' is not a whole number from 300 to 2400"),
     ("pipeline_chart_csv", {"max_points": "-3"}, "parameter 'max_points': '-3' is not a whole number"),
     ("pipeline_batches_csv", {"range": "all", "from": "2026-11-01"}, "parameter 'range': 'all' cannot be combined"),
     ("pipeline_batches_csv", {"to": "2026-11-01"}, "parameter 'from': '' is required with 'to'"),
