@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from streamoffsets.errors import OffsetStoreError, StoreUnreachable
 from streamoffsets.types import Watermarks
+from streamoffsets.urls import mask_url
 
 
 class MissingTopic(OffsetStoreError):
@@ -33,7 +34,7 @@ class KafkaWatermarkReader:
         self.bootstrap = bootstrap_servers
         self.timeout_s = timeout_s
         self.chunk_size = chunk_size
-        self.name = f"kafka://{bootstrap_servers}"
+        self.name = mask_url(f"kafka://{bootstrap_servers}")  # in every error: never a credential
         conf = {
             "bootstrap.servers": bootstrap_servers,
             "socket.timeout.ms": int(timeout_s * 1000),
