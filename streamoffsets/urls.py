@@ -30,8 +30,12 @@ _SECRET_PARAM = re.compile(r"pass|pwd|secret|token|key|sasl|credential|auth|sign
 # bootstrap list, or after a comma in one), up to the last "@" before the path. Greedy, as
 # urlsplit does (a password holding an unescaped "@" is still masked whole).
 _USERINFO = re.compile(r"(?P<lead>[A-Za-z][A-Za-z0-9+.-]*://|^|,)(?P<userinfo>[^/?#,]*)@")
-# A URL inside free text: scheme:// and everything up to a space, quote or bracket.
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+# A URL inside free text: scheme:// and everything up to a space, quote or parenthesis ("store
+# s (zk://...)" keeps its closing parenthesis), without a trailing full stop, comma or colon.
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`()]+(?<![.,;:])")
+# Credentials in text without a scheme, as a client library may quote a bootstrap list
+# ("[user:password@host:9092]"): a name, a colon, a password without spaces, an "@" before a host.
+_BARE_USERINFO = re.compile(r"(?<![\w%:/.@-])(?P<user>[\w.%-]+):(?P<password>[^\s@/'\"()\[\]<>]+)@(?=[\w\[])")
 # Secrets shorter than this are not searched for alone in free text (masking every "ab" in a
 # message would garble it); inside a URL they are masked whatever their length.
 MIN_SECRET_CHARS = 4
@@ -103,7 +107,15 @@ def mask_secrets(text: str, urls: Iterable[str] = ()) -> str:
     for url in urls:
         for secret in sorted(url_secrets(url), key=len, reverse=True):
             text = text.replace(secret, MASK)
-    return _URL_IN_TEXT.sub(lambda m: mask_url(m.group(0)), text)
+    text = _URL_IN_TEXT.sub(lambda m: mask_url(m.group(0)), text)
+    return _BARE_USERINFO.sub(lambda m: f"{m.group('user')}:{MASK}@", text)
+
+
+def hosts_without_userinfo(servers: str) -> str:
+    """A host list ("user:pw@h1:9092,h2:9092") without any user part: what is handed to a client
+    library that takes no credentials there (librdkafka would print them in its own log lines;
+    Kafka credentials belong in OFFSETWATCH_KAFKA_CLIENT_CONFIGS)."""
+    return ",".join(entry.rpartition("@")[2] for entry in servers.split(","))
 
 
 # --- validation ---------------------------------------------------------------------------------

@@ -70,3 +70,19 @@ def test_no_password_survives_masking(password):
     url = f"zk://user:{password}@host:2181/chroot"
     assert f":{password}@" not in mask_url(url)
     assert password not in mask_secrets(f"failed: {url} said no to {password}", [url])
+
+
+def test_mask_secrets_keeps_the_text_around_a_url_and_finds_bare_credentials():
+    # A label's closing parenthesis survives; a bootstrap entry quoted by librdkafka is masked.
+    assert mask_secrets("store s (zk://u:pw@h:1/c?sasl_password=xx) failed.") == (
+        "store s (zk://u:***@h:1/c?sasl_password=***) failed.")
+    assert mask_secrets("[u:Clu5terPw9@127.0.0.1:9092]/bootstrap: Failed to resolve") == (
+        "[u:***@127.0.0.1:9092]/bootstrap: Failed to resolve")
+    assert mask_secrets("mail alice@example.com") == "mail alice@example.com"
+
+
+def test_hosts_without_userinfo():
+    from streamoffsets.urls import hosts_without_userinfo
+
+    assert hosts_without_userinfo("u:pw@h1:9092,h2:9092") == "h1:9092,h2:9092"
+    assert hosts_without_userinfo("h1:9092") == "h1:9092"
