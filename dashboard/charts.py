@@ -143,7 +143,7 @@ def _add_markers(fig: go.Figure, markers, tz: ZoneInfo) -> None:
         fig.add_trace(go.Scatter(
             x=xs, y=[1] * len(xs), yaxis="y2", mode="markers", name=kind, legendgroup=kind,
             marker={"color": style["color"], "symbol": style["symbol"], "size": 9},
-            hovertext=[html.escape(m.label[:MARKER_LABEL_CHARS], quote=False) for m in items],
+            hovertext=[html.escape(visible(m.label[:MARKER_LABEL_CHARS]), quote=False) for m in items],
             hovertemplate="%{x|%Y-%m-%d %H:%M:%S}<br>%{hovertext}<extra>" + kind + "</extra>",
         ))
     if len(markers) > len(shown):

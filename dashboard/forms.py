@@ -4,6 +4,7 @@ from __future__ import annotations
 from django import forms
 
 from streamoffsets.evaluation import Status
+from streamoffsets.visible import visible
 
 
 class OverviewFilterForm(forms.Form):
@@ -19,8 +20,9 @@ class OverviewFilterForm(forms.Form):
 
     def __init__(self, data, *, stores: list[str], clusters: list[str]):
         super().__init__(data)
-        self.fields["store"].choices = [("", "any store")] + [(s, s) for s in stores]
-        self.fields["cluster"].choices = [("", "any cluster")] + [(c, c) for c in clusters]
+        # Shown through `visible` (a right-to-left override is shown, not obeyed); sent back raw.
+        self.fields["store"].choices = [("", "any store")] + [(s, visible(s)) for s in stores]
+        self.fields["cluster"].choices = [("", "any cluster")] + [(c, visible(c)) for c in clusters]
 
     def clean_q(self) -> str:
         q = self.cleaned_data["q"]
