@@ -18,6 +18,17 @@ class Cluster(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from streamoffsets.urls import validate_bootstrap_servers
+
+        # host:port list, no credentials (they go in OFFSETWATCH_KAFKA_CLIENT_CONFIGS).
+        try:
+            validate_bootstrap_servers(self.bootstrap_servers)
+        except ValueError as exc:
+            raise ValidationError({"bootstrap_servers": str(exc)}) from None
+
 
 class Store(models.Model):
     """An offset store (e.g. one HBase table) holding the offsets of jobs reading `cluster`."""

@@ -62,7 +62,11 @@ def server_kind_problem(url: str, *, timeout_s: float, kafka_config: dict | None
     except OSError:
         return None  # nothing listens (yet): not judged here
     try:
-        with open_store(url, timeout_s=timeout_s, kafka_config=kafka_config) as store:
+        store = open_store(url, timeout_s=timeout_s, kafka_config=kafka_config)
+    except ValueError:
+        return None  # a malformed URL: validate_store_url says what is wrong with it
+    try:
+        with store:
             store.ping(timeout_s)
         return None
     except Exception as exc:  # any failure of the kind's own ping, whatever the client raises

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Sequence
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 MASK = "***"
 
@@ -126,7 +126,15 @@ DEFAULT_PORTS = {"hbase": 9090, "zk": 2181, "kafka": 9092}
 # HBase: [namespace:]qualifier, each of word characters, "-" and "." (not starting with "."), as
 # TableName.isLegalTableQualifierName accepts.
 _HBASE_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+# The Thrift server's transport and protocol (streamoffsets.hbase.HBaseOffsetStore.from_url).
+_HBASE_OPTIONS = {"transport": ("buffered", "framed"), "protocol": ("binary", "compact")}
 _HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
+# Only ZooKeeper logs in with the URL's user part (digest ACLs); elsewhere it would be ignored.
+_NO_CREDENTIALS = {
+    "kafka": "set them per cluster in OFFSETWATCH_KAFKA_CLIENT_CONFIGS (security.protocol, sasl.username, "
+             "sasl.password)",
+    "hbase": "the HBase Thrift client sends none",
+}
 
 
 def file_roots_from_setting(value: str) -> list[str]:
@@ -179,10 +187,18 @@ def _check_local_path(scheme: str, parsed, file_roots: Sequence[str]) -> None:
                      f"({', '.join(roots)})")
 
 
-def _check_hbase_table(path: str) -> None:
-    table = unquote(path.lstrip("/"))
-    if not table:
-        raise ValueError("hbase:// names no table: hbase://host:9090/table")
+def _check_hbase_table(path: str, query: str) -> None:
+    table = unquote(path.strip("/"))
+    if table:  # none: the library's default table
+        _check_hbase_table_name(table)
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name not in _HBASE_OPTIONS:
+            raise ValueError(f"hbase:// option {name[:40]!r} is unknown: {', '.join(_HBASE_OPTIONS)}")
+        if value not in _HBASE_OPTIONS[name]:
+            raise ValueError(f"hbase:// {name}={value[:40]!r} is not one of {', '.join(_HBASE_OPTIONS[name])}")
+
+
+def _check_hbase_table_name(table: str) -> None:
     parts = table.split(":")
     if len(parts) > 2 or not all(_HBASE_PART.fullmatch(p) for p in parts):
         raise ValueError(f"hbase:// table {table[:100]!r} is not a valid HBase table name "
@@ -209,6 +225,23 @@ def validate_store_url(url: str, file_roots: Sequence[str]) -> None:
     if scheme in ("file", "checkpoint"):
         _check_local_path(scheme, parsed, file_roots)
         return
+    if "@" in parsed.netloc and scheme in _NO_CREDENTIALS:
+        raise ValueError(f"{scheme}:// takes no credentials in the URL: {_NO_CREDENTIALS[scheme]}")
     _check_hosts(scheme, parsed.netloc)
     if scheme == "hbase":
-        _check_hbase_table(parsed.path)
+        _check_hbase_table(parsed.path, parsed.query)
+
+
+def validate_bootstrap_servers(servers: str) -> None:
+    """A cluster's bootstrap list: host:port[,host:port...], no scheme, no credentials (librdkafka
+    takes them from OFFSETWATCH_KAFKA_CLIENT_CONFIGS, and would print a user part in its logs)."""
+    if not isinstance(servers, str) or not servers.strip():
+        raise ValueError("the bootstrap list is empty")
+    servers = servers.strip()
+    if "://" in servers:
+        raise ValueError("a bootstrap list is host:port[,host:port], without a scheme")
+    if "@" in servers:
+        raise ValueError("a bootstrap list takes no credentials: " + _NO_CREDENTIALS["kafka"])
+    if any(c.isspace() or ord(c) < 0x20 for c in servers):
+        raise ValueError("a bootstrap list holds no spaces or control characters")
+    _check_hosts("kafka", servers)

@@ -38,7 +38,12 @@ CASES = [
     (24, "kafka://b1:9092,:9093", "has no host name"),
     (25, "zk://h\u202e:2181/c", "not a host name"),
     # HBase table names.
-    (26, "hbase://h:9090/", "names no table"),
+    (26, "hbase://h:9090/", None),  # the library's default table
+    (34, "hbase://h:9090/t?transport=fast", "transport='fast' is not one of buffered, framed"),
+    (35, "hbase://h:9090/t?password=x", "option 'password' is unknown"),
+    # Credentials only where the client logs in with them (ZooKeeper's digest).
+    (36, "kafka://svc:pw@b1:9092", "takes no credentials in the URL: set them per cluster in OFFSETWATCH_KAFKA_CLIENT"),
+    (37, "hbase://tok@h:9090/t", "takes no credentials"),
     (27, "hbase://h:9090/bad table", "not a valid HBase table name"),
     (28, "hbase://h:9090/a:b:c", "not a valid HBase table name"),
     (29, "hbase://h:9090/.hidden", "not a valid HBase table name"),
@@ -112,13 +117,18 @@ def test_the_admin_refuses_hbase_at_a_zookeeper_port_with_a_masked_message(clien
     client.force_login(User.objects.create_superuser("root", password="root's long passphrase"))
     cluster = Cluster.objects.create(name="prod", bootstrap_servers=stack.kafka_bootstrap)
     zk_port = stack.zookeeper_hosts.rpartition(":")[2]
-    form = {"name": "wrong", "kind": "hbase", "url": f"hbase://svc:S3cretPw@127.0.0.1:{zk_port}/offsets",
+    form = {"name": "wrong", "kind": "hbase", "url": f"hbase://127.0.0.1:{zk_port}/offsets",
             "cluster": cluster.pk, "enabled": "on"}
     response = client.post(reverse("admin:dashboard_store_add"), form)
     page = response.content.decode()
     assert response.status_code == 200 and not Store.objects.filter(name="wrong").exists()
     assert f"127.0.0.1:{zk_port} accepts connections but does not answer as an HBase Thrift server" in page
     assert "it answers as ZooKeeper" in page
+
+    # ZooKeeper with credentials at the HBase port: refused, the message masks them.
+    form.update(kind="zookeeper", url=f"zk://svc:S3cretPw@127.0.0.1:{stack.hbase_port}/ow")
+    page = client.post(reverse("admin:dashboard_store_add"), form).content.decode()
+    assert f"127.0.0.1:{stack.hbase_port} accepts connections but does not answer as ZooKeeper" in page
     assert page.count("S3cretPw") == 1  # only in the form's own field, never in the message
 
     # The right kind at that port is saved; so is a server that is not up yet (not judged).
@@ -126,3 +136,22 @@ def test_the_admin_refuses_hbase_at_a_zookeeper_port_with_a_masked_message(clien
     assert client.post(reverse("admin:dashboard_store_add"), form).status_code == 302
     form.update(name="later", kind="hbase", url=f"hbase://127.0.0.1:{free_port()}/offsets")
     assert client.post(reverse("admin:dashboard_store_add"), form).status_code == 302
+
+
+@pytest.mark.parametrize("servers,message", [
+    ("b1:9092,b2:9092", None),
+    ("[::1]:9092", None),
+    ("", "empty"),
+    ("kafka://b1:9092", "without a scheme"),
+    ("u:pw@b1:9092", "takes no credentials"),
+    ("b1:9092, b2:9092", "no spaces"),
+    ("b1:99999", "port must be a number from 1 to 65535"),
+])
+def test_cluster_bootstrap_lists(servers, message):
+    from streamoffsets.urls import validate_bootstrap_servers
+
+    if message is None:
+        validate_bootstrap_servers(servers)
+    else:
+        with pytest.raises(ValueError, match=message):
+            validate_bootstrap_servers(servers)
