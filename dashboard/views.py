@@ -19,6 +19,7 @@ from dashboard import charts, exports, metrics, params, selectors, services
 from dashboard.forms import OverviewFilterForm
 from dashboard.models import ExportJob, Pipeline
 from dashboard.roles import OPERATOR, VIEWER, role_required, user_has_role
+from streamoffsets.urls import mask_secrets
 
 
 def _pipeline_or_404(pipeline_id: int) -> Pipeline:
@@ -351,5 +352,7 @@ def healthz(request):
         if broker:
             failed["redis"] = broker
     if failed:
+        # Unauthenticated: a driver's message quoting a URL (redis://:password@...) is masked.
+        failed = {name: mask_secrets(text) for name, text in failed.items()}
         return JsonResponse({"status": "error", "failed": sorted(failed), **failed}, status=503)
     return JsonResponse({"status": "ok"})

@@ -137,6 +137,7 @@ def test_no_output_shows_a_store_or_cluster_secret(world, client, caplog, settin
         response = client.get(url)
         assert response.status_code == 200, (url, response.status_code)
         rendered[url] = _body(response)
+    rendered["healthz"] = _body(client.get(reverse("healthz")))  # 200 or 503: either way, no secret
     response = client.post(reverse("audit_verify"))
     rendered["audit verify"] = _body(response)
     # The new-rewind page with a plan to preview, and an export in the background.
