@@ -105,3 +105,20 @@ def test_the_svg_title_shows_the_escape(client):
     svg = b"".join(response.streaming_content) if response.streaming else response.content
     svg = svg.decode()
     assert "rtl⟨U+202E⟩gnp.exe" in svg and RLO not in svg
+
+
+@pytest.mark.django_db
+def test_the_approver_reads_a_rewind_reason_as_written(client, unique_name):
+    """A right-to-left override in a reason would show the approver a different text."""
+    from dashboard.rewinds import rewind_request
+    from dashboard.roles import APPROVER, OPERATOR
+    from tests.factories import offline_pipeline, person
+
+    pipeline = offline_pipeline(unique_name, partitions={0: (0, 100)}, batches=[(1_700_000_000_000, {0: 50})],
+                                group=HOSTILE_GROUP)
+    rewind = rewind_request(pipeline=pipeline, user=person("olga", OPERATOR), kind="shift", spec={"shift": -10},
+                            reason=f"replay 10{RLO}00001 messages\nticket 7")
+    client.force_login(person("amir", APPROVER))
+    html = client.get(reverse("rewind", args=[rewind.pk])).content.decode()
+    assert "replay 10⟨U+202E⟩00001 messages<br>ticket 7" in html
+    assert SHOWN_GROUP in html and RLO not in html
