@@ -74,7 +74,7 @@ def rewind_message(*, event: str, rewind_summary: dict) -> dict:
         f"reason: {visible(_shown(r.get('reason')), keep=chr(10) + chr(9))}",
     ]
     if r.get("ticket_url"):
-        lines.append(f"ticket: {r['ticket_url']}")
+        lines.append(f"ticket: {visible(str(r['ticket_url']))}")
     lines.append(f"target: {_shown(r.get('target'))}")
     lines.append("offsets (before → after):")
     lines += [f"  {line}" for line in change_lines(r.get("before"), r.get("after"))] or ["  —"]
