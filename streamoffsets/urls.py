@@ -98,7 +98,8 @@ def url_secrets(url: str) -> list[str]:
 def mask_secrets(text: str, urls: Iterable[str] = ()) -> str:
     """Free text (an exception message, a stored error) with the secrets of `urls` masked: each
     URL wherever it appears, each of its secrets alone (a client library may quote only the
-    password), and any other URL-looking piece of the text through mask_url."""
+    password), any other URL-looking piece of the text through mask_url, and a bare
+    "user:password@host" (as librdkafka quotes a bootstrap entry)."""
     if not isinstance(text, str) or not text:
         return text
     urls = sorted({u for u in urls if isinstance(u, str) and u}, key=len, reverse=True)
@@ -175,11 +176,13 @@ def _check_local_path(scheme: str, parsed, file_roots: Sequence[str]) -> None:
     if not file_roots:
         raise ValueError(f"{scheme}:// stores read and write the dashboard host's disk: they are refused until an "
                          "operator names the directories allowed in OFFSETWATCH_FILE_STORE_ROOTS")
-    # normpath folds "..": /srv/offsets/../../etc is /etc, checked as such.
-    path = os.path.normpath(unquote(parsed.path))
+    path = unquote(parsed.path)
     if "\x00" in path:
         raise ValueError(f"{scheme}:// path holds a NUL character")
-    roots = [os.path.normpath(r) for r in file_roots]
+    # realpath folds ".." and follows the symbolic links that exist now (/srv/offsets/../../etc
+    # and a link to /etc are both /etc, checked as such); the roots are resolved the same way.
+    path = os.path.realpath(path)
+    roots = [os.path.realpath(r) for r in file_roots]
     for root in roots:
         if root != "/" and (path == root or path.startswith(root + "/")):
             return

@@ -155,3 +155,13 @@ def test_cluster_bootstrap_lists(servers, message):
     else:
         with pytest.raises(ValueError, match=message):
             validate_bootstrap_servers(servers)
+
+
+def test_a_symbolic_link_out_of_a_root_is_refused(tmp_path):
+    root = tmp_path / "offsets"
+    root.mkdir()
+    (root / "team-a").mkdir()
+    (root / "escape").symlink_to("/etc")
+    validate_store_url(f"file://{root}/team-a", [str(root)])
+    with pytest.raises(ValueError, match="'/etc' is not under"):
+        validate_store_url(f"file://{root}/escape", [str(root)])
