@@ -1,4 +1,5 @@
-"""Formatting only: numbers, durations and status names as the pages show them."""
+"""Formatting only: numbers, durations and status names as the pages show them; URLs masked and
+names made visible (streamoffsets.urls, streamoffsets.visible)."""
 from __future__ import annotations
 
 from django import template
