@@ -19,6 +19,7 @@ from collectors.readers import read_record_timestamps, read_store, read_watermar
 from dashboard import rewinds, selectors, services
 from dashboard.models import Cluster, Store
 from streamoffsets.errors import OffsetStoreError
+from streamoffsets.urls import mask_secrets, mask_url
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +46,18 @@ class PollOutcome:
     warning: str | None = None
 
 
+def source_label(kind: str, name: str, url: str) -> str:
+    """How a source is named in its health row, logs, pages and metrics: its URL masked
+    (`zk://user:***@host`), since every viewer sees the label."""
+    return f"{kind} {name} ({mask_url(url)})"
+
+
 @contextmanager
-def _polling(source: str, label: str):
+def _polling(source: str, label: str, secret_urls: tuple[str, ...]):
     """Record the poll of one source in SourceHealth; a failure becomes SourceFailed. A poll cut
-    by the worker's soft time limit is recorded as the collector's failure, not the source's."""
+    by the worker's soft time limit is recorded as the collector's failure, not the source's.
+    Errors and warnings are stored with the secrets of `secret_urls` masked: a client library's
+    message may quote the URL or its password."""
     outcome, t0 = PollOutcome(timezone.now()), time.monotonic()
     try:
         yield outcome
@@ -65,7 +74,7 @@ def _polling(source: str, label: str):
         )
         raise SourceFailed(error) from exc
     except Exception as exc:  # any failure of one source is recorded and the cycle goes on
-        error = _describe(exc)
+        error = mask_secrets(_describe(exc), secret_urls)
         log.warning("%s failed: %s", label, error)
         services.source_health_record(
             source=source, label=label, started_at=outcome.started_at,
@@ -74,14 +83,14 @@ def _polling(source: str, label: str):
         raise SourceFailed(error) from exc
     services.source_health_record(
         source=source, label=label, started_at=outcome.started_at,
-        duration_ms=int((time.monotonic() - t0) * 1000), warning=outcome.warning or "",
+        duration_ms=int((time.monotonic() - t0) * 1000), warning=mask_secrets(outcome.warning or "", secret_urls),
     )
 
 
 def poll_store(store_id: int, timeout_s: float | None = None) -> int:
     """Read one store's new batches. Returns batches added; a failure raises SourceFailed."""
     store = Store.objects.select_related("cluster").get(pk=store_id)
-    with _polling(f"store:{store.pk}", f"store {store.name} ({store.url})"):
+    with _polling(f"store:{store.pk}", source_label("store", store.name, store.url), (store.url,)):
         plan = selectors.store_read_plan(store=store, now=timezone.now())
         reading = read_store(
             store.url, plan, timeout_s=timeout_s or settings.IO_TIMEOUT_S, ping_timeout_s=settings.POLL_PROBE_TIMEOUT_S,
@@ -96,7 +105,8 @@ def poll_store(store_id: int, timeout_s: float | None = None) -> int:
 def poll_cluster(cluster_id: int, timeout_s: float | None = None) -> int:
     """Sample the watermarks of every topic tracked on a cluster and record lag. Returns lag samples."""
     cluster = Cluster.objects.get(pk=cluster_id)
-    with _polling(f"cluster:{cluster.pk}", f"cluster {cluster.name} ({cluster.bootstrap_servers})") as outcome:
+    with _polling(f"cluster:{cluster.pk}", source_label("cluster", cluster.name, cluster.bootstrap_servers),
+                  (cluster.bootstrap_servers,)) as outcome:
         topics = selectors.cluster_topics(cluster=cluster)
         timeout_s = timeout_s or settings.IO_TIMEOUT_S
         result = read_watermarks(cluster.bootstrap_servers, topics, timeout_s=timeout_s,

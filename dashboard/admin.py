@@ -14,6 +14,7 @@ from django.db import transaction
 
 from dashboard import services
 from dashboard.audit import audit_append, changed_values, model_snapshot, request_actor
+from dashboard.forms import StoreAdminForm
 from dashboard.models import ApiToken, Cluster, Incident, Pipeline, PipelineToken, SourceHealth, StartReport, Store, StoreProblem
 
 
@@ -132,6 +133,7 @@ class ClusterAdmin(AuditedAdmin):
 
 @admin.register(Store)
 class StoreAdmin(AuditedAdmin):
+    form = StoreAdminForm  # the URL checked by kind and the server asked what it is
     list_display = ("name", "kind", "url", "cluster", "enabled")
     audit_kind = "store"
 

@@ -27,6 +27,7 @@ from dashboard import downsample, rewinds, selectors, services
 from dashboard.models import Pipeline
 from dashboard.roles import VIEWER, bearer_token, role_required
 from streamoffsets.evaluation import Status
+from streamoffsets.urls import mask_secrets
 
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 MAX_ID = 2**63 - 1  # bigint: a larger id cannot exist, and PostgreSQL would refuse to compare it
@@ -343,14 +344,16 @@ def api_collectors(request):
         "queued": status.queued,
         "sources": [
             {
-                "source": h.source, "label": h.label, "healthy": h.healthy, "state": h.state,
-                "problem": h.problem or None,
+                # Labels and errors name store URLs: masked (already when recorded; again here for
+                # rows recorded before, as the pages and /metrics do).
+                "source": h.source, "label": mask_secrets(h.label), "healthy": h.healthy, "state": h.state,
+                "problem": mask_secrets(h.problem) or None,
                 "seconds_since_last_poll": round(h.poll_age_s, 1) if h.poll_age_s is not None else None,
                 "last_attempt_at": _iso(h.last_attempt_at), "last_success_at": _iso(h.last_success_at),
                 "last_duration_ms": h.last_duration_ms, "consecutive_failures": h.consecutive_failures,
-                "last_error": h.last_error or None, "last_error_at": _iso(h.last_error_at),
+                "last_error": mask_secrets(h.last_error) or None, "last_error_at": _iso(h.last_error_at),
                 "last_error_by": (h.last_error_by or "source") if h.consecutive_failures else None,
-                "warning": h.warning or None,
+                "warning": mask_secrets(h.warning) or None,
             }
             for h in status.sources
         ],

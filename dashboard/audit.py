@@ -20,6 +20,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from dashboard.models import AuditEvent
+from streamoffsets.urls import mask_url
 
 GENESIS = "0" * 64
 _LOCK_KEY = 0x6F77_6175  # "owau": the advisory lock id of the chain's head
@@ -131,26 +132,14 @@ def command_actor(command: str) -> dict:
 
 # Never written to the log, whatever the model: a secret in an append-only table cannot be removed.
 _SECRET_FIELDS = {"password", "token_hash"}
-
-
-def _without_password(url: str) -> str:
-    """A URL with the password of its user part masked (kafka://user:secret@host -> user:***@host)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+# Masked even without a scheme: a bootstrap list may be "user:password@host:9092".
+_URL_FIELDS = {"url", "bootstrap_servers"}
 
 
 def model_snapshot(obj, *, fields: list[str] | None = None) -> dict:
     """The recordable values of a model instance's editable fields (or `fields`): foreign keys by
-    their name (what a reader knows them by), times as ISO text, URL passwords masked, secret
-    fields left out."""
+    their name (what a reader knows them by), times as ISO text, URLs through mask_url (user
+    passwords, tokens and secret query parameters masked), secret fields left out."""
     values = {}
     for field in obj._meta.concrete_fields:
         if field.primary_key or not field.editable or field.name in _SECRET_FIELDS:
@@ -164,8 +153,8 @@ def model_snapshot(obj, *, fields: list[str] | None = None) -> dict:
             value = field.value_from_object(obj)
             if isinstance(value, datetime):
                 value = value.isoformat()
-            elif isinstance(value, str) and "://" in value:
-                value = _without_password(value)
+            elif isinstance(value, str) and ("://" in value or field.name in _URL_FIELDS):
+                value = mask_url(value)
         values[field.name] = value
     return values
 

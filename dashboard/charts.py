@@ -13,6 +13,7 @@ from dashboard import selectors
 from dashboard.downsample import minmax_buckets
 from dashboard.models import Pipeline
 from dashboard.params import ChartParams, TimeRange
+from streamoffsets.visible import visible
 
 # A page's chart payload stays under ~300 KB whatever the range and the partition count: all
 # series of a figure share FIGURE_POINT_BUDGET points (~22 bytes each in JSON), each series gets
@@ -39,12 +40,15 @@ def series_budget(series_count: int) -> int:
 
 
 def chart_title(*, pipeline: Pipeline, kind: str, unit: str, time_range: TimeRange, tz_name: str) -> str:
-    """Plain text naming the chart, the pipeline (topic / group, store), the range and the time zone."""
+    """Plain text naming the chart, the pipeline (topic / group, store), the range and the time zone.
+    Names through `visible`: the title is read by people (pages, SVG/PNG, the CSV's first row), so a
+    right-to-left override in a group name is shown, not obeyed."""
     if unit == "seconds":
         what = "Lag in seconds, most-behind partition" if kind == "total" else "Lag in seconds per partition"
     else:
         what = "Total lag in messages" if kind == "total" else "Lag in messages per partition"
-    return f"{what}: {pipeline.topic} / {pipeline.group} (store {pipeline.store.name}), {time_range.label}, {tz_name}"
+    return (f"{what}: {visible(pipeline.topic)} / {visible(pipeline.group)} (store {visible(pipeline.store.name)}), "
+            f"{time_range.label}, {tz_name}")
 
 
 @dataclass
@@ -139,7 +143,7 @@ def _add_markers(fig: go.Figure, markers, tz: ZoneInfo) -> None:
         fig.add_trace(go.Scatter(
             x=xs, y=[1] * len(xs), yaxis="y2", mode="markers", name=kind, legendgroup=kind,
             marker={"color": style["color"], "symbol": style["symbol"], "size": 9},
-            hovertext=[html.escape(m.label[:MARKER_LABEL_CHARS], quote=False) for m in items],
+            hovertext=[html.escape(visible(m.label[:MARKER_LABEL_CHARS]), quote=False) for m in items],
             hovertemplate="%{x|%Y-%m-%d %H:%M:%S}<br>%{hovertext}<extra>" + kind + "</extra>",
         ))
     if len(markers) > len(shown):

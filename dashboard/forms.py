@@ -2,8 +2,14 @@
 from __future__ import annotations
 
 from django import forms
+from django.conf import settings
 
+from dashboard.models import Store
+from dashboard.selectors import kafka_client_config
 from streamoffsets.evaluation import Status
+from streamoffsets.probe import server_kind_problem
+from streamoffsets.urls import validate_store_url
+from streamoffsets.visible import visible
 
 
 class OverviewFilterForm(forms.Form):
@@ -19,8 +25,9 @@ class OverviewFilterForm(forms.Form):
 
     def __init__(self, data, *, stores: list[str], clusters: list[str]):
         super().__init__(data)
-        self.fields["store"].choices = [("", "any store")] + [(s, s) for s in stores]
-        self.fields["cluster"].choices = [("", "any cluster")] + [(c, c) for c in clusters]
+        # Shown through `visible` (a right-to-left override is shown, not obeyed); sent back raw.
+        self.fields["store"].choices = [("", "any store")] + [(s, visible(s)) for s in stores]
+        self.fields["cluster"].choices = [("", "any cluster")] + [(c, visible(c)) for c in clusters]
 
     def clean_q(self) -> str:
         q = self.cleaned_data["q"]
@@ -193,3 +200,29 @@ class AuditFilterForm(forms.Form):
         keep = {k: self.data.get(k, "") for k in ("pipeline", "actor", "action", "q", "since", "until")}
         keep.update(changes)
         return urlencode({k: v for k, v in keep.items() if v not in ("", None)})
+
+
+class StoreAdminForm(forms.ModelForm):
+    """The admin's store form: the URL is checked by kind (Store.clean), then the server it names
+    is asked once whether it is that kind of server (streamoffsets.probe), so `hbase://` at a
+    ZooKeeper port is refused here, not polled forever. A server that cannot be reached now is
+    not judged: it is saved, and the collectors say it is down."""
+
+    class Meta:
+        model = Store
+        fields = "__all__"
+
+    def clean(self):
+        cleaned = super().clean()
+        url, cluster = cleaned.get("url"), cleaned.get("cluster")
+        if not url or self.errors:
+            return cleaned
+        try:
+            validate_store_url(url, settings.FILE_STORE_ROOTS)
+        except ValueError:
+            return cleaned  # Store.clean says what is wrong with it
+        problem = server_kind_problem(url, timeout_s=settings.POLL_PROBE_TIMEOUT_S,
+                                      kafka_config=kafka_client_config(cluster_name=cluster.name) if cluster else None)
+        if problem:
+            self.add_error("url", problem)
+        return cleaned

@@ -24,7 +24,8 @@ class JsonFormatter(logging.Formatter):
             "pid": record.process,
         }
         if record.exc_info:
-            entry["exc_info"] = self.formatException(record.exc_info)
+            # exc_text when a filter already formatted (and masked) it: dashboard.logmask.
+            entry["exc_info"] = record.exc_text or self.formatException(record.exc_info)
         for key, value in vars(record).items():
             if key not in _STANDARD and key not in entry:
                 entry[key] = value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)

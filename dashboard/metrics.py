@@ -7,6 +7,10 @@ Cardinality: every pipeline gives 5 series (plus one per partition with per_part
 and exclude are fnmatch patterns over "store/topic/group"; a pipeline is exported when it
 matches an include pattern (or there are none) and no exclude pattern. How many were left out is
 itself exported, so a too-wide exclude is visible rather than silent.
+
+Names (store, topic, group, cluster) are label values as they are, escaped as the format requires
+(backslash, quote, newline): Prometheus queries must match the real names, and no text direction
+applies to a label value. Source labels carry a store's URL: always masked.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from datetime import datetime
 from fnmatch import fnmatchcase
 
 from streamoffsets.evaluation import Status
+from streamoffsets.urls import mask_secrets
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -110,7 +115,8 @@ def render(
     poll_age = _Family("offsetwatch_source_seconds_since_last_poll",
                        "Seconds since the source's last poll (success or failure) ended.")
     for s in sources:
-        labels = {"source": s.source, "label": s.label}
+        # The label names the source's URL: masked (again: rows written before masking existed).
+        labels = {"source": s.source, "label": mask_secrets(s.label)}
         # A source not polled for too long is down too, though its last poll worked.
         healthy = getattr(s, "healthy", s.consecutive_failures == 0 and s.last_success_at is not None)
         up.add(labels, int(bool(healthy) and s.last_success_at is not None))

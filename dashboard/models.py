@@ -19,6 +19,17 @@ class Cluster(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from streamoffsets.urls import validate_bootstrap_servers
+
+        # host:port list, no credentials (they go in OFFSETWATCH_KAFKA_CLIENT_CONFIGS).
+        try:
+            validate_bootstrap_servers(self.bootstrap_servers)
+        except ValueError as exc:
+            raise ValidationError({"bootstrap_servers": str(exc)}) from None
+
 
 class Store(models.Model):
     """An offset store (e.g. one HBase table) holding the offsets of jobs reading `cluster`."""
@@ -49,6 +60,7 @@ class Store(models.Model):
         from django.core.exceptions import ValidationError
 
         from streamoffsets.store import store_kind_of_url
+        from streamoffsets.urls import validate_store_url
 
         try:
             kind = store_kind_of_url(self.url)
@@ -56,6 +68,12 @@ class Store(models.Model):
             raise ValidationError({"url": str(exc)}) from None
         if self.kind and kind != self.kind:
             raise ValidationError({"url": f"a {self.get_kind_display()} store needs a {self.kind} URL, not {kind}"})
+        # By kind, without connecting: host and port, HBase table name, local paths only under
+        # OFFSETWATCH_FILE_STORE_ROOTS (the dashboard host's disk is not for anyone to list).
+        try:
+            validate_store_url(self.url, settings.FILE_STORE_ROOTS)
+        except ValueError as exc:
+            raise ValidationError({"url": str(exc)}) from None
 
 
 class SourceHealth(models.Model):

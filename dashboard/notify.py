@@ -29,6 +29,7 @@ from django.core.mail import EmailMessage, get_connection
 from django.db import transaction
 
 from dashboard.audit import change_lines
+from streamoffsets.visible import visible
 
 log = logging.getLogger(__name__)
 
@@ -57,20 +58,23 @@ def rewind_message(*, event: str, rewind_summary: dict) -> dict:
     machines. `event` is "requested", "approved", ... ("rewind.requested" is read the same)."""
     event = event.removeprefix("rewind.")
     r = rewind_summary
-    what = f"rewind {r.get('id')} {event}: {r.get('topic')} / {r.get('group')} ({r.get('store')})"
+    # Title and text are read by people: names through `visible` (a right-to-left override in a
+    # group name is shown, not obeyed); the summary under "rewind" keeps them raw for machines.
+    topic, group, store = (visible(r.get(k)) if r.get(k) is not None else None for k in ("topic", "group", "store"))
+    what = f"rewind {r.get('id')} {event}: {topic} / {group} ({store})"
     title = f"[Offset Watch] {what}"
     lines = [
         "R" + what[1:],
         "",
-        f"pipeline: topic {_shown(r.get('topic'))}, group {_shown(r.get('group'))}, store {_shown(r.get('store'))}"
+        f"pipeline: topic {_shown(topic)}, group {_shown(group)}, store {_shown(store)}"
         + (f" (pipeline {r['pipeline']})" if r.get("pipeline") is not None else ""),
         f"status: {_shown(r.get('status'))}",
-        f"requested by: {_shown(r.get('requested_by'))}",
-        f"approved by: {_shown(r.get('approved_by'))}",
-        f"reason: {_shown(r.get('reason'))}",
+        f"requested by: {visible(_shown(r.get('requested_by')))}",
+        f"approved by: {visible(_shown(r.get('approved_by')))}",
+        f"reason: {visible(_shown(r.get('reason')), keep=chr(10) + chr(9))}",
     ]
     if r.get("ticket_url"):
-        lines.append(f"ticket: {r['ticket_url']}")
+        lines.append(f"ticket: {visible(str(r['ticket_url']))}")
     lines.append(f"target: {_shown(r.get('target'))}")
     lines.append("offsets (before → after):")
     lines += [f"  {line}" for line in change_lines(r.get("before"), r.get("after"))] or ["  —"]

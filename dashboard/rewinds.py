@@ -27,6 +27,7 @@ from dashboard.models import Batch, Pipeline, RewindRequest, WatermarkSample
 from dashboard.roles import APPROVER, OPERATOR, user_has_role
 from streamoffsets import rewind as rules
 from streamoffsets.evaluation import batch_interval_s, human_duration
+from streamoffsets.urls import mask_secrets
 
 Status = RewindRequest.Status
 
@@ -106,7 +107,8 @@ def broker_offsets_for_time(*, pipeline: Pipeline, time_ms) -> dict[int, int]:
     try:
         return reader.offsets_for_time(pipeline.topic, time_ms)
     except OffsetStoreError as exc:
-        raise RewindRefused(f"the broker's timestamp lookup failed: {exc}", 409) from None
+        raise RewindRefused(mask_secrets(f"the broker's timestamp lookup failed: {exc}",
+                                         [pipeline.store.cluster.bootstrap_servers]), 409) from None
 
 
 def _int_keys(offsets) -> dict[int, int] | None:
@@ -581,8 +583,11 @@ def rewind_write_to_store(*, rewind: RewindRequest, user, remote_addr: str = "")
                         kafka_config=selectors.kafka_client_config(cluster_name=pipeline.store.cluster.name)) as store:
             store.save_batch(BatchOffsets(pipeline.topic, pipeline.group, marker_ms, target))
     except (OffsetStoreError, OSError) as exc:
-        return _finish(claimed, Status.FAILED, f"writing the target into store {pipeline.store.name} failed: {exc}",
-                       actor=user.username, actor_user_id=user.pk, remote_addr=remote_addr, details={"instance": instance})
+        # The client library's message may quote the store's URL or its password: masked.
+        error = mask_secrets(f"writing the target into store {pipeline.store.name} failed: {exc}",
+                             [pipeline.store.url, pipeline.store.cluster.bootstrap_servers])
+        return _finish(claimed, Status.FAILED, error, actor=user.username, actor_user_id=user.pk,
+                       remote_addr=remote_addr, details={"instance": instance})
     return rewind_applied(pipeline=pipeline, rewind_id=rewind.pk, instance=instance, offsets=rewind.target_offsets,
                           marker_batch_ms=marker_ms, actor=user.username, actor_user_id=user.pk, remote_addr=remote_addr)
 

@@ -478,3 +478,13 @@ HEAVY_SLOT_TTL_S = env_float("OFFSETWATCH_HEAVY_SLOT_TTL", 120.0)
 HEAVY_NICE = env_int("OFFSETWATCH_HEAVY_NICE", 10)
 CHART_CACHE_MAX_ENTRIES = env_int("OFFSETWATCH_CHART_CACHE_MAX_ENTRIES", 1000)
 CHART_CACHE_MAX_BYTES = env_int("OFFSETWATCH_CHART_CACHE_MAX_BYTES", 64 * 1024 * 1024)
+# --- Store secrets and local store paths (issue #12: docs/SECRETS_AND_NAMES.md) -----------------
+# Every console log line goes through a filter masking URL credentials (user:***@, ?password=***).
+LOGGING.setdefault("filters", {})["mask_secrets"] = {"()": "dashboard.logmask.MaskSecretsFilter"}
+LOGGING["handlers"]["console"]["filters"] = ["mask_secrets"]
+# The directories file:// and checkpoint:// stores may be under (absolute paths separated by ":"
+# or ","). Empty (the default): the admin refuses such stores, since they read and write the
+# dashboard host's own disk. A relative path fails at startup.
+from streamoffsets.urls import file_roots_from_setting  # noqa: E402 (pure; kept with its setting)
+
+FILE_STORE_ROOTS = file_roots_from_setting(env_str("OFFSETWATCH_FILE_STORE_ROOTS", ""))

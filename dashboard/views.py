@@ -18,6 +18,7 @@ from dashboard import chart_cache, charts, exports, heavy, metrics, params, sele
 from dashboard.forms import OverviewFilterForm
 from dashboard.models import ExportJob, Pipeline
 from dashboard.roles import OPERATOR, VIEWER, role_required, user_has_role
+from streamoffsets.urls import mask_secrets
 
 
 def _pipeline_or_404(pipeline_id: int) -> Pipeline:
@@ -440,5 +441,7 @@ def healthz(request):
         if broker:
             failed["redis"] = broker
     if failed:
+        # Unauthenticated: a driver's message quoting a URL (redis://:password@...) is masked.
+        failed = {name: mask_secrets(text) for name, text in failed.items()}
         return JsonResponse({"status": "error", "failed": sorted(failed), **failed}, status=503)
     return JsonResponse({"status": "ok"})

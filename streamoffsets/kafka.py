@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from streamoffsets.errors import OffsetStoreError, StoreUnreachable
 from streamoffsets.types import Watermarks
+from streamoffsets.urls import hosts_without_userinfo, mask_url
 
 
 class MissingTopic(OffsetStoreError):
@@ -30,12 +31,13 @@ class KafkaWatermarkReader:
     def __init__(
         self, bootstrap_servers: str, timeout_s: float = 5.0, config: dict | None = None, chunk_size: int = 500
     ):
-        self.bootstrap = bootstrap_servers
+        # No user part: librdkafka takes none there and would print it in its own log lines.
+        self.bootstrap = hosts_without_userinfo(bootstrap_servers)
         self.timeout_s = timeout_s
         self.chunk_size = chunk_size
-        self.name = f"kafka://{bootstrap_servers}"
+        self.name = mask_url(f"kafka://{bootstrap_servers}")  # in every error: never a credential
         conf = {
-            "bootstrap.servers": bootstrap_servers,
+            "bootstrap.servers": self.bootstrap,
             "socket.timeout.ms": int(timeout_s * 1000),
             "request.timeout.ms": int(timeout_s * 1000),
             # Fail fast instead of reconnecting forever when the cluster is down.

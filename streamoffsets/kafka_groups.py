@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient
 from streamoffsets.errors import MalformedRecord, OffsetStoreError, StoreUnreachable
 from streamoffsets.store import StoreBase
 from streamoffsets.types import BatchOffsets, HistoryPage, PipelineKey, RowProblem
+from streamoffsets.urls import hosts_without_userinfo, mask_url
 
 # librdkafka's "no committed offset" sentinel (OFFSET_INVALID).
 NO_OFFSET = -1001
@@ -57,11 +58,12 @@ class KafkaGroupOffsetStore(StoreBase):
     keeps_history = False
 
     def __init__(self, bootstrap_servers: str, timeout_s: float = 5.0, config: dict | None = None):
-        self.bootstrap = bootstrap_servers
+        # No user part: librdkafka takes none there and would print it in its own log lines.
+        self.bootstrap = hosts_without_userinfo(bootstrap_servers)
         self.timeout_s = timeout_s
-        self.name = f"kafka://{bootstrap_servers}"
+        self.name = mask_url(f"kafka://{bootstrap_servers}")  # in every error: never a credential
         self._config = {
-            "bootstrap.servers": bootstrap_servers,
+            "bootstrap.servers": self.bootstrap,
             "socket.timeout.ms": int(timeout_s * 1000),
             "reconnect.backoff.max.ms": 1000,
             **(config or {}),

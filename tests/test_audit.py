@@ -348,11 +348,11 @@ def test_admin_store_and_cluster_changes_are_audited_with_changed_fields(client,
                            **ROOT_ADDR)
     assert response.status_code == 302
     cluster = Cluster.objects.get(name="prod")
-    store_form = {"name": "groups", "kind": "kafka", "url": "kafka://svc:s3cret@k1:9092", "cluster": cluster.pk,
+    store_form = {"name": "groups", "kind": "zookeeper", "url": "zk://svc:s3cret@k1:2181/c", "cluster": cluster.pk,
                   "enabled": "on"}
     assert client.post(reverse("admin:dashboard_store_add"), store_form, **ROOT_ADDR).status_code == 302
     store = Store.objects.get(name="groups")
-    store_form.update(url="kafka://svc:s3cret@k2:9092", enabled="")
+    store_form.update(url="zk://svc:s3cret@k2:2181/c", enabled="")
     assert client.post(reverse("admin:dashboard_store_change", args=[store.pk]), store_form, **ROOT_ADDR).status_code == 302
     assert client.post(reverse("admin:dashboard_store_change", args=[store.pk]), store_form).status_code == 302  # no change
     cluster_created, = _events("cluster.")
@@ -362,8 +362,8 @@ def test_admin_store_and_cluster_changes_are_audited_with_changed_fields(client,
     assert cluster_created.after == {"name": "prod", "bootstrap_servers": "k1:9092"}
     assert created.action == "store.created" and created.after["cluster"] == "prod"
     assert changed.action == "store.changed" and changed.subject == "store groups"
-    assert changed.before == {"url": "kafka://svc:***@k1:9092", "enabled": True}
-    assert changed.after == {"url": "kafka://svc:***@k2:9092", "enabled": False}
+    assert changed.before == {"url": "zk://svc:***@k1:2181/c", "enabled": True}
+    assert changed.after == {"url": "zk://svc:***@k2:2181/c", "enabled": False}
     assert "s3cret" not in json.dumps(list(AuditEvent.objects.values("before", "after")))
 
 

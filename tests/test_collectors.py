@@ -145,10 +145,12 @@ def test_a_store_without_history_becomes_history_through_samples(stack, unique_n
         ("hbase", "mysql://db", "unknown offset store URL"),
     ],
 )
-def test_store_urls_are_validated_with_a_message_that_says_what_is_wrong(kind, url, message):
+def test_store_urls_are_validated_with_a_message_that_says_what_is_wrong(kind, url, message, settings):
     from django.core.exceptions import ValidationError
 
     from dashboard.models import Cluster, Store
+
+    settings.FILE_STORE_ROOTS = ["/data"]  # local stores only under a configured root
 
     store = Store(name="s", kind=kind, url=url, cluster=Cluster(name="c", bootstrap_servers="b:9092"))
     if message is None:

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('dashboard', '0015_source_health_error_by'),
+        ('dashboard', '0016_mask_source_secrets'),
     ]
 
     operations = [

@@ -1,9 +1,12 @@
-"""Formatting only: numbers, durations and status names as the pages show them."""
+"""Formatting only: numbers, durations and status names as the pages show them; URLs masked and
+names made visible (streamoffsets.urls, streamoffsets.visible)."""
 from __future__ import annotations
 
 from django import template
 
 from streamoffsets.evaluation import Status, human_duration
+from streamoffsets.urls import mask_secrets, mask_url
+from streamoffsets.visible import visible as visible_name
 
 register = template.Library()
 
@@ -59,4 +62,25 @@ def audit_change(event) -> list[str]:
     """An audit event's before → after, one short line per key ("p0: 120 → 40")."""
     from dashboard.audit import change_lines
 
-    return change_lines(event.get("before"), event.get("after"))
+    # Names in a change (a store renamed) are shown through `visible`, line breaks included.
+    return [visible_name(line) for line in change_lines(event.get("before"), event.get("after"))]
+
+
+@register.filter
+def masked_url(url) -> str:
+    """A store or cluster URL with its secrets masked (streamoffsets.urls.mask_url): only the
+    admin shows a URL whole."""
+    return "" if _missing(url) else mask_url(str(url))
+
+
+@register.filter
+def masked_text(text) -> str:
+    """Free text that may quote a URL or a name (a stored error, a source's label): any URL in it
+    masked, as a last guard, and invisible characters shown (line breaks and tabs kept)."""
+    return "" if _missing(text) else visible_name(mask_secrets(str(text)), keep="\n\t")
+
+
+@register.filter
+def visible(name) -> str:
+    """A name with bidirectional controls and invisible characters shown as ⟨U+XXXX⟩."""
+    return "" if _missing(name) else visible_name(name)
