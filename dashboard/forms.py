@@ -124,32 +124,39 @@ class RewindDecisionForm(forms.Form):
     comment = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
 
 
-def _utc_datetime(raw: str):
-    """A date-time typed on the audit page: ISO 8601; without an offset it is UTC (the page shows
-    UTC)."""
-    from datetime import datetime, timezone
+def _audit_instant(name: str, raw: str):
+    """A date-time typed on the audit page (params.instant): without an offset it is UTC (the page
+    shows UTC)."""
+    from datetime import timezone
+
+    from dashboard import params
 
     try:
-        value = datetime.fromisoformat(raw.strip())
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        value.timestamp()  # out-of-range instants fail here, not in the database
-    except (ValueError, OverflowError):
-        raise forms.ValidationError("not a date-time: use ISO 8601, e.g. 2026-11-22T13:00 (UTC) or "
-                                    "2026-11-22T13:00+01:00") from None
-    return value
+        return params.instant(name, raw, naive_tz=timezone.utc)
+    except params.BadParam as exc:
+        raise forms.ValidationError(exc.detail) from None
+
+
+def _audit_id(name: str, raw: str) -> int:
+    from dashboard import params
+
+    try:
+        return params.whole_number(name, raw, 1, 2**63 - 1)
+    except params.BadParam as exc:
+        raise forms.ValidationError(exc.detail) from None
 
 
 class AuditFilterForm(forms.Form):
     """The audit page's and exports' filters; an invalid value is shown next to its field."""
 
-    pipeline = forms.IntegerField(required=False, min_value=1, max_value=2**63 - 1, label="pipeline id")
+    # Ids and times are parsed by dashboard.params, as on every other page and in the API.
+    pipeline = forms.CharField(required=False, max_length=40, label="pipeline id")
     actor = forms.CharField(required=False, max_length=300, strip=True, label="who contains")
     action = forms.ChoiceField(required=False)
     q = forms.CharField(required=False, max_length=200, strip=True, label="subject or pipeline contains")
     since = forms.CharField(required=False, max_length=40, label="from (UTC)")
     until = forms.CharField(required=False, max_length=40, label="to (UTC)")
-    before = forms.IntegerField(required=False, min_value=1, max_value=2**63 - 1, widget=forms.HiddenInput)
+    before = forms.CharField(required=False, max_length=40, widget=forms.HiddenInput)
 
     def __init__(self, data):
         from dashboard.audit import ACTION_FAMILIES, KNOWN_ACTIONS
@@ -160,13 +167,21 @@ class AuditFilterForm(forms.Form):
             for family, label in ACTION_FAMILIES.items()
         ]
 
+    def clean_pipeline(self):
+        raw = self.cleaned_data["pipeline"]
+        return _audit_id("pipeline", raw) if raw else None
+
+    def clean_before(self):
+        raw = self.cleaned_data["before"]
+        return _audit_id("before", raw) if raw else None
+
     def clean_since(self):
         raw = self.cleaned_data["since"]
-        return _utc_datetime(raw) if raw else None
+        return _audit_instant("since", raw) if raw else None
 
     def clean_until(self):
         raw = self.cleaned_data["until"]
-        return _utc_datetime(raw) if raw else None
+        return _audit_instant("until", raw) if raw else None
 
     def clean(self):
         data = super().clean()

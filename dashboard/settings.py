@@ -402,3 +402,7 @@ LOGGING = {
     # kaleido and its browser driver log every image at INFO: kept to warnings.
     "loggers": {name: {"level": "WARNING"} for name in ("kaleido", "choreographer", "logistro")},
 }
+
+# Input validation (issue #12): every error under /api/ is JSON, whoever made it (Django's 404 or
+# 413, a middleware's 403 or 429, handler500): outermost, so it sees every answer.
+MIDDLEWARE.insert(0, "dashboard.api_errors.ApiJsonErrorsMiddleware")
