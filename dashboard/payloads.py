@@ -9,7 +9,8 @@ the API answers 400 with it. What is refused and why:
   it as 3), not '+1' or ' 1' (int() strips them), not '' or '007'... '007' is read as 7 by the
   job's own code, so it is accepted and written back as '7';
 - messages_lost is a non-negative integer and so is their sum (stored in a bigint column);
-- strings are bounded, carry no NUL (PostgreSQL's jsonb refuses \\u0000) and the report stored as
+- strings are bounded, carry no NUL (PostgreSQL's jsonb refuses \\u0000) nor a lone surrogate
+  (\\ud800: not encodable as UTF-8) and the report stored as
   is holds no NaN/Infinity (jsonb refuses them too) and is not nested deeper than a report is.
 Pure: no database, no Django.
 """
@@ -99,6 +100,10 @@ def text(value, path: str, *, max_len: int, required: bool = False) -> str:
         raise PayloadError(path, f"is {len(value)} characters long; at most {max_len}")
     if "\x00" in value:
         raise PayloadError(path, "contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # JSON's "\ud800" decodes to a lone surrogate: not text the database can keep
+        raise PayloadError(path, "contains an unpaired surrogate (\\ud800-\\udfff): not Unicode text") from None
     return value
 
 
