@@ -52,9 +52,9 @@ class RewindRequestForm(forms.Form):
     ]
     kind = forms.ChoiceField(choices=KIND_CHOICES, label="rewind to")
     batch_time_ms = forms.IntegerField(required=False, min_value=0, widget=forms.HiddenInput)
-    time = forms.DateTimeField(required=False, label="time", input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S",
-                                                                             "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"],
-                               widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": 1}))
+    # Parsed by dashboard.params (clean_time) like every other time: year 1 to 9999, any offset.
+    time = forms.CharField(required=False, label="time", max_length=64,
+                           widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": 1}))
     time_source = forms.ChoiceField(required=False, initial="history", widget=forms.RadioSelect, choices=[
         ("history", "from the batch history (the newest batch at or before it)"),
         ("broker", "from the broker's timestamp index (the first record at or after it; Kafka 0.10.1+)"),
@@ -69,6 +69,17 @@ class RewindRequestForm(forms.Form):
     mode = forms.ChoiceField(choices=[("job", "the job applies it when it restarts (job library)"),
                                       ("store", "write it into the store while the job is stopped")],
                              initial="job", widget=forms.RadioSelect)
+
+    def clean_time(self):
+        from dashboard import params
+
+        raw = self.cleaned_data["time"]
+        if not raw:
+            return None
+        try:
+            return params.instant("time", raw)
+        except params.BadParam as exc:
+            raise forms.ValidationError(exc.detail) from None
 
     def clean(self):
         data = super().clean()
