@@ -325,3 +325,28 @@ def test_lag_in_seconds_from_year_1_with_a_long_lookback_does_not_overflow(clien
     for name in ("pipeline_lag_chart", "pipeline_chart_json"):
         response = client.get(reverse(name, args=[world.pk]), {"from": YEAR_1, "unit": "seconds", "kind": "partitions"})
         assert response.status_code == 200, name
+
+
+@pytest.mark.parametrize("status,body,content_type,message", [
+    (429, b"<html>slow down</html>", "text/html", "too many requests; retry later"),
+    (403, b"<h1>CSRF verification failed</h1>", "text/html", "forbidden"),
+    (413, b"", "text/html", "the request body is too large"),
+    (500, b"<h1>Server Error (500)</h1>", "text/html", "internal server error (the server log has the details)"),
+    (400, b"parameter 'x': 'y' is bad\n", "text/plain; charset=utf-8", "parameter 'x': 'y' is bad"),
+])
+def test_whoever_made_an_api_error_it_is_json_with_its_headers(status, body, content_type, message):
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from dashboard.api_errors import ApiJsonErrorsMiddleware
+
+    def made_elsewhere(request):
+        response = HttpResponse(body, status=status, content_type=content_type)
+        response["Retry-After"] = "7"
+        return response
+
+    answer = ApiJsonErrorsMiddleware(made_elsewhere)(RequestFactory().get("/api/v1/pipelines"))
+    assert answer.status_code == status and answer["Content-Type"] == "application/json"
+    assert json.loads(answer.content) == {"error": message} and answer["Retry-After"] == "7"
+    page = ApiJsonErrorsMiddleware(made_elsewhere)(RequestFactory().get("/pipelines/1/"))
+    assert page.content == body  # pages keep their own error pages
