@@ -301,6 +301,7 @@ def _shown(response) -> str:
 def test_the_authorization_matrix(world):
     """Every route, every method it accepts, every actor: the outcome in MATRIX (admin: the rules)."""
     clients = {name: actor.client() for name, actor in world.actors.items()}
+    secret = world.pipeline.topic.encode()  # no refusal may show any of the data
     wrong, checked = [], 0
     cases = [(name, example_path(pattern, world), MATRIX[name]) for name, pattern in site_routes()]
     for label, path, kind, model in admin_cases(world):
@@ -314,6 +315,8 @@ def test_the_authorization_matrix(world):
                 checked += 1
                 if not outcome_matches(expected[actor], response):
                     wrong.append(f"{method} {path} ({label}) as {actor}: expected {expected[actor]}, got {_shown(response)}")
+                elif expected[actor] in (401, 403, L, AL) and not response.streaming and secret in response.content:
+                    wrong.append(f"{method} {path} ({label}) as {actor}: the refusal shows the pipeline's topic")
                 if path.startswith("/api/"):
                     assert response["Content-Type"] == "application/json", (method, path, actor)
     assert not wrong, f"{len(wrong)} of {checked} outcomes differ:\n" + "\n".join(wrong)

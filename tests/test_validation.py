@@ -354,3 +354,8 @@ def test_whoever_made_an_api_error_it_is_json_with_its_headers(status, body, con
     assert json.loads(answer.content) == {"error": message} and answer["Retry-After"] == "7"
     page = ApiJsonErrorsMiddleware(made_elsewhere)(RequestFactory().get("/pipelines/1/"))
     assert page.content == body  # pages keep their own error pages
+
+
+def test_the_json_errors_middleware_is_outermost(settings):
+    """Outermost, it sees the errors every other middleware makes (a throttle's 429, CSRF's 403)."""
+    assert settings.MIDDLEWARE[0] == "dashboard.api_errors.ApiJsonErrorsMiddleware"
