@@ -51,8 +51,8 @@ class RewindRequestForm(forms.Form):
         ("offsets", "explicit offsets per partition"), ("shift", "shift every partition by N messages"),
     ]
     kind = forms.ChoiceField(choices=KIND_CHOICES, label="rewind to")
-    batch_time_ms = forms.IntegerField(required=False, min_value=0, widget=forms.HiddenInput)
-    # Parsed by dashboard.params (clean_time) like every other time: year 1 to 9999, any offset.
+    # Numbers and the time are parsed by dashboard.params (clean_*) like every other parameter.
+    batch_time_ms = forms.CharField(required=False, max_length=40, widget=forms.HiddenInput)
     time = forms.CharField(required=False, label="time", max_length=64,
                            widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": 1}))
     time_source = forms.ChoiceField(required=False, initial="history", widget=forms.RadioSelect, choices=[
@@ -61,14 +61,20 @@ class RewindRequestForm(forms.Form):
     ])
     offsets = forms.CharField(required=False, max_length=20_000, label="offsets",
                               help_text="partition:offset pairs, e.g. 0:1200, 1:980")
-    shift = forms.IntegerField(required=False, label="shift by", help_text="negative: back (re-read), positive: forward (skip)",
-                               min_value=-(2**62), max_value=2**62)
+    shift = forms.CharField(required=False, max_length=40, label="shift by", widget=forms.NumberInput,
+                            help_text="negative: back (re-read), positive: forward (skip)")
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 3}),
                              help_text="why the data must be replayed (shown to the approver and kept in the audit log)")
     ticket_url = forms.URLField(required=False, max_length=1000, label="ticket link (optional)", assume_scheme="https")
     mode = forms.ChoiceField(choices=[("job", "the job applies it when it restarts (job library)"),
                                       ("store", "write it into the store while the job is stopped")],
                              initial="job", widget=forms.RadioSelect)
+
+    def clean_batch_time_ms(self):
+        return _whole("batch_time_ms", self.cleaned_data["batch_time_ms"], 0, 2**63 - 1)
+
+    def clean_shift(self):
+        return _whole("shift", self.cleaned_data["shift"], -(2**62), 2**62)
 
     def clean_time(self):
         from dashboard import params
@@ -77,7 +83,7 @@ class RewindRequestForm(forms.Form):
         if not raw:
             return None
         try:
-            return params.instant("time", raw)
+            return params.instant("time", raw)  # year 1 to 9999, any offset; naive: settings.TIME_ZONE
         except params.BadParam as exc:
             raise forms.ValidationError(exc.detail) from None
 
@@ -148,11 +154,14 @@ def _audit_instant(name: str, raw: str):
         raise forms.ValidationError(exc.detail) from None
 
 
-def _audit_id(name: str, raw: str) -> int:
+def _whole(name: str, raw: str, lo: int, hi: int) -> int | None:
+    """A whole number typed in a form (params.whole_number: ASCII digits); None when empty."""
     from dashboard import params
 
+    if not raw:
+        return None
     try:
-        return params.whole_number(name, raw, 1, 2**63 - 1)
+        return params.whole_number(name, raw, lo, hi)
     except params.BadParam as exc:
         raise forms.ValidationError(exc.detail) from None
 
@@ -179,12 +188,10 @@ class AuditFilterForm(forms.Form):
         ]
 
     def clean_pipeline(self):
-        raw = self.cleaned_data["pipeline"]
-        return _audit_id("pipeline", raw) if raw else None
+        return _whole("pipeline", self.cleaned_data["pipeline"], 1, 2**63 - 1)
 
     def clean_before(self):
-        raw = self.cleaned_data["before"]
-        return _audit_id("before", raw) if raw else None
+        return _whole("before", self.cleaned_data["before"], 1, 2**63 - 1)
 
     def clean_since(self):
         raw = self.cleaned_data["since"]
