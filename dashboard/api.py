@@ -18,10 +18,10 @@ from datetime import timezone as dt_timezone
 from functools import lru_cache, wraps
 from pathlib import Path
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
-from django.conf import settings
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
@@ -214,7 +214,10 @@ def _ms_datetime(ms: int) -> datetime:
 def _ms_iso(ms: int | None) -> str | None:
     if ms is None:
         return None
-    return _ms_datetime(ms).isoformat(timespec="milliseconds")
+    try:
+        return _ms_datetime(ms).isoformat(timespec="milliseconds")
+    except OverflowError:  # a time a store holds beyond year 9999: no ISO form (the ms are given too)
+        return None
 
 
 _PARTITION_FIELDS = ("partition", "committed", "low", "high", "lag", "state", "messages_lost", "lag_seconds",
