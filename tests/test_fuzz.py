@@ -15,7 +15,7 @@ import random
 from urllib.parse import quote
 
 import pytest
-from django.urls import reverse
+from django.urls import resolve, reverse
 
 from dashboard import exports
 from tests.factories import security_world
@@ -114,6 +114,16 @@ def test_every_get_route_lists_its_parameters():
     gets = {name for name, methods in MATRIX.items() if "GET" in methods}
     assert sorted(gets - set(PARAMS)) == [], "GET routes missing from PARAMS: list their parameters"
     assert sorted(set(PARAMS) - gets) == []
+    # The API's parameters are documented: PARAMS lists each of them, no fewer.
+    from dashboard.api import OPENAPI_PATH
+
+    spec = json.loads(OPENAPI_PATH.read_text())
+    for path, operations in spec["paths"].items():
+        if "get" not in operations:
+            continue
+        documented = {p["name"] for p in operations["get"].get("parameters", []) if p["in"] == "query"}
+        name = resolve(path.replace("{pipeline_id}", "1").replace("{rewind_id}", "1")).url_name
+        assert documented <= set(PARAMS[name]), (path, documented - set(PARAMS[name]))
 
 
 @pytest.fixture
