@@ -18,12 +18,14 @@ from datetime import timezone as dt_timezone
 from functools import lru_cache, wraps
 from pathlib import Path
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from dashboard import downsample, rewinds, selectors, services
+from dashboard import downsample, params, payloads, rewinds, selectors, services
 from dashboard.models import Pipeline
 from dashboard.roles import VIEWER, bearer_token, role_required
 from streamoffsets.evaluation import Status
@@ -32,6 +34,7 @@ from streamoffsets.urls import mask_secrets
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 MAX_ID = 2**63 - 1  # bigint: a larger id cannot exist, and PostgreSQL would refuse to compare it
 MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant Python can represent
+LATEST_MS = int(params.LATEST.timestamp() * 1000)  # what later instants are clamped to (params.LATEST)
 BATCHES_LIMIT_DEFAULT, BATCHES_LIMIT_MAX = 100, 1000
 POINTS_DEFAULT, POINTS_MAX = 1000, 10_000
 LAG_RANGE_DEFAULT = timedelta(hours=1)
@@ -113,47 +116,46 @@ def api_view(*, methods: tuple[str, ...] = ("GET",), role: str = VIEWER):
 _DIGITS = re.compile(r"[0-9]+", re.ASCII)  # int() also accepts Arabic-Indic and other digits
 
 
+def _single(request, name: str) -> str | None:
+    """The parameter's one value; None when absent; given twice: a 400 (params.single)."""
+    if name not in request.GET:
+        return None
+    try:
+        return params.single(request.GET, name)
+    except params.BadParam as exc:
+        raise ApiError(400, f"invalid {exc}") from None
+
+
 def int_param(request, name: str, *, default: int, low: int, high: int) -> int:
-    raw = request.GET.get(name)
+    raw = _single(request, name)
     if raw is None or raw == "":
         return default
-    if not _DIGITS.fullmatch(raw) or len(raw) > 19 or not low <= int(raw) <= high:
-        raise bad_param(name, raw, f"is not an integer from {low} to {high}")
-    return int(raw)
+    try:
+        return params.whole_number(name, raw, low, high)
+    except params.BadParam as exc:
+        raise ApiError(400, f"invalid {exc}") from None
 
 
 def time_param(request, name: str) -> int | None:
     """An instant as epoch milliseconds: given as epoch ms (digits) or ISO-8601 (UTC when it
-    names no offset). None when absent."""
-    raw = request.GET.get(name)
+    names no offset; params.instant: clamped to params.EARLIEST..LATEST). None when absent."""
+    raw = _single(request, name)
     if raw is None or raw == "":
         return None
     if _DIGITS.fullmatch(raw):
         if len(raw) > 15 or int(raw) > MAX_MS:
             raise bad_param(name, raw, f"is beyond the last representable instant ({MAX_MS} ms)")
-        return int(raw)
-    candidates = [raw]
-    if " " in raw.strip():
-        # A '+00:00' offset sent unencoded in a query string arrives as ' 00:00'.
-        head, _, tail = raw.strip().rpartition(" ")
-        candidates.append(f"{head}+{tail}")
-    for text in candidates:
-        try:
-            parsed = datetime.fromisoformat(text)
-        except ValueError:
-            continue
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=dt_timezone.utc)
-        try:
-            return int(parsed.timestamp() * 1000)
-        except (OverflowError, OSError, ValueError):
-            break
-    raise bad_param(name, raw, "is not an ISO-8601 time (2024-05-01T12:00:00Z) or epoch milliseconds "
-                               "(a '+' in a URL must be sent as %2B)")
+        return min(int(raw), LATEST_MS)
+    try:
+        at = params.instant(name, raw, naive_tz=dt_timezone.utc)
+    except params.BadParam:
+        raise bad_param(name, raw, "is not an ISO-8601 time from year 1 to 9999 (2024-05-01T12:00:00Z) or epoch "
+                                   "milliseconds (a '+' in a URL must be sent as %2B)") from None
+    return int(at.timestamp() * 1000)
 
 
 def text_param(request, name: str) -> str | None:
-    raw = request.GET.get(name)
+    raw = _single(request, name)
     if raw is None or raw == "":
         return None
     if "\x00" in raw or len(raw) > TEXT_MAX:
@@ -204,10 +206,19 @@ def _iso(value):
     return value.isoformat() if value else None
 
 
+def _ms_datetime(ms: int) -> datetime:
+    """Epoch ms (from time_param: within params.EARLIEST..LATEST) as a UTC datetime; exact, where
+    fromtimestamp(ms / 1000) rounds through a float."""
+    return datetime(1970, 1, 1, tzinfo=dt_timezone.utc) + timedelta(milliseconds=ms)
+
+
 def _ms_iso(ms: int | None) -> str | None:
     if ms is None:
         return None
-    return datetime.fromtimestamp(ms / 1000, tz=dt_timezone.utc).isoformat(timespec="milliseconds")
+    try:
+        return _ms_datetime(ms).isoformat(timespec="milliseconds")
+    except OverflowError:  # a time a store holds beyond year 9999: no ISO form (the ms are given too)
+        return None
 
 
 _PARTITION_FIELDS = ("partition", "committed", "low", "high", "lag", "state", "messages_lost", "lag_seconds",
@@ -297,17 +308,12 @@ def api_pipeline_batches(request, pipeline_id: int):
 def api_pipeline_lag(request, pipeline_id: int):
     from_ms, to_ms = time_param(request, "from"), time_param(request, "to")
     points = int_param(request, "points", default=POINTS_DEFAULT, low=3, high=POINTS_MAX)
-    method = request.GET.get("method") or "minmax"
+    method = _single(request, "method") or "minmax"
     if method not in ("minmax", "lttb"):
         raise bad_param("method", method, "is not a downsampling method; use minmax (keeps every spike) or lttb")
-    until = datetime.fromtimestamp(to_ms / 1000, tz=dt_timezone.utc) if to_ms is not None else timezone.now()
-    if from_ms is not None:
-        since = datetime.fromtimestamp(from_ms / 1000, tz=dt_timezone.utc)
-    else:
-        try:
-            since = until - LAG_RANGE_DEFAULT
-        except OverflowError:  # 'to' in year 1
-            since = datetime.min.replace(tzinfo=dt_timezone.utc)
+    until = _ms_datetime(to_ms) if to_ms is not None else timezone.now()
+    # Saturating: 'to' in year 1 has no hour before it.
+    since = _ms_datetime(from_ms) if from_ms is not None else params.shifted(until, -LAG_RANGE_DEFAULT)
     if since > until:
         raise bad_param("from", request.GET["from"], f"is after 'to' ({request.GET.get('to', 'now')!r})")
     pipeline = _pipeline(pipeline_id)
@@ -405,12 +411,18 @@ def job_view(method: str):
             if method == "POST":
                 try:
                     payload = json.loads(request.body or b"")
+                except RequestDataTooBig:
+                    return json_error(413, f"the body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
                 except ValueError as exc:
                     return json_error(400, f"the body is not JSON: {exc}")
+                except RecursionError:
+                    return json_error(400, "the body is not JSON a job sends: nested too deeply")
                 if not isinstance(payload, dict):
                     return json_error(400, "the body must be a JSON object")
             try:
                 return view(request, pipeline, payload, *args, **kwargs)
+            except payloads.PayloadError as exc:
+                return json_error(400, f"invalid body: {exc}")
             except rewinds.RewindRefused as exc:
                 return json_error(exc.status, exc.message)
         return wrapped
@@ -419,6 +431,7 @@ def job_view(method: str):
 
 @job_view("POST")
 def api_start_report(request, pipeline, payload):
+    payloads.start_report(payload)  # every field checked, named when refused (PayloadError: 400)
     try:
         report = services.start_report_record(pipeline=pipeline, report=payload, actor=request.job_actor,
                                               remote_addr=_remote(request))
@@ -457,25 +470,25 @@ def _remote(request) -> str:
 
 @job_view("POST")
 def api_rewind_claim(request, pipeline, payload, rewind_id: int):
-    rewind = rewinds.rewind_claim(pipeline=pipeline, rewind_id=rewind_id, instance=str(payload.get("instance", "")),
+    body = payloads.rewind_claim(payload)
+    rewind = rewinds.rewind_claim(pipeline=pipeline, rewind_id=rewind_id, instance=body["instance"],
                                   actor=request.job_actor, remote_addr=_remote(request))
     return JsonResponse({"rewind": rewind_json(rewind)})
 
 
 @job_view("POST")
 def api_rewind_applied(request, pipeline, payload, rewind_id: int):
-    marker = payload.get("marker_batch_ms")
-    if marker is not None and (not isinstance(marker, int) or isinstance(marker, bool) or marker < 0):
-        return json_error(400, f"'marker_batch_ms' must be a non-negative integer (epoch ms), not {marker!r}")
-    rewind = rewinds.rewind_applied(pipeline=pipeline, rewind_id=rewind_id, instance=str(payload.get("instance", "")),
-                                    offsets=payload.get("offsets"), marker_batch_ms=marker, actor=request.job_actor,
+    body = payloads.rewind_applied(payload)
+    rewind = rewinds.rewind_applied(pipeline=pipeline, rewind_id=rewind_id, instance=body["instance"],
+                                    offsets=body["offsets"], marker_batch_ms=body["marker_batch_ms"], actor=request.job_actor,
                                     remote_addr=_remote(request))
     return JsonResponse({"rewind": rewind_json(rewind)})
 
 
 @job_view("POST")
 def api_rewind_failed(request, pipeline, payload, rewind_id: int):
-    rewind = rewinds.rewind_job_failed(pipeline=pipeline, rewind_id=rewind_id, instance=str(payload.get("instance", "")),
-                                       error=str(payload.get("error", "")) or "no reason given",
+    body = payloads.rewind_failed(payload)
+    rewind = rewinds.rewind_job_failed(pipeline=pipeline, rewind_id=rewind_id, instance=body["instance"],
+                                       error=body["error"] or "no reason given",
                                        actor=request.job_actor, remote_addr=_remote(request))
     return JsonResponse({"rewind": rewind_json(rewind)})

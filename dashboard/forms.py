@@ -58,24 +58,41 @@ class RewindRequestForm(forms.Form):
         ("offsets", "explicit offsets per partition"), ("shift", "shift every partition by N messages"),
     ]
     kind = forms.ChoiceField(choices=KIND_CHOICES, label="rewind to")
-    batch_time_ms = forms.IntegerField(required=False, min_value=0, widget=forms.HiddenInput)
-    time = forms.DateTimeField(required=False, label="time", input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S",
-                                                                             "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"],
-                               widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": 1}))
+    # Numbers and the time are parsed by dashboard.params (clean_*) like every other parameter.
+    batch_time_ms = forms.CharField(required=False, max_length=40, widget=forms.HiddenInput)
+    time = forms.CharField(required=False, label="time", max_length=64,
+                           widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": 1}))
     time_source = forms.ChoiceField(required=False, initial="history", widget=forms.RadioSelect, choices=[
         ("history", "from the batch history (the newest batch at or before it)"),
         ("broker", "from the broker's timestamp index (the first record at or after it; Kafka 0.10.1+)"),
     ])
     offsets = forms.CharField(required=False, max_length=20_000, label="offsets",
                               help_text="partition:offset pairs, e.g. 0:1200, 1:980")
-    shift = forms.IntegerField(required=False, label="shift by", help_text="negative: back (re-read), positive: forward (skip)",
-                               min_value=-(2**62), max_value=2**62)
+    shift = forms.CharField(required=False, max_length=40, label="shift by", widget=forms.NumberInput,
+                            help_text="negative: back (re-read), positive: forward (skip)")
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 3}),
                              help_text="why the data must be replayed (shown to the approver and kept in the audit log)")
     ticket_url = forms.URLField(required=False, max_length=1000, label="ticket link (optional)", assume_scheme="https")
     mode = forms.ChoiceField(choices=[("job", "the job applies it when it restarts (job library)"),
                                       ("store", "write it into the store while the job is stopped")],
                              initial="job", widget=forms.RadioSelect)
+
+    def clean_batch_time_ms(self):
+        return _whole("batch_time_ms", self.cleaned_data["batch_time_ms"], 0, 2**63 - 1)
+
+    def clean_shift(self):
+        return _whole("shift", self.cleaned_data["shift"], -(2**62), 2**62)
+
+    def clean_time(self):
+        from dashboard import params
+
+        raw = self.cleaned_data["time"]
+        if not raw:
+            return None
+        try:
+            return params.instant("time", raw)  # year 1 to 9999, any offset; naive: settings.TIME_ZONE
+        except params.BadParam as exc:
+            raise forms.ValidationError(exc.detail) from None
 
     def clean(self):
         data = super().clean()
@@ -131,32 +148,42 @@ class RewindDecisionForm(forms.Form):
     comment = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
 
 
-def _utc_datetime(raw: str):
-    """A date-time typed on the audit page: ISO 8601; without an offset it is UTC (the page shows
-    UTC)."""
-    from datetime import datetime, timezone
+def _audit_instant(name: str, raw: str):
+    """A date-time typed on the audit page (params.instant): without an offset it is UTC (the page
+    shows UTC)."""
+    from datetime import timezone
+
+    from dashboard import params
 
     try:
-        value = datetime.fromisoformat(raw.strip())
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        value.timestamp()  # out-of-range instants fail here, not in the database
-    except (ValueError, OverflowError):
-        raise forms.ValidationError("not a date-time: use ISO 8601, e.g. 2026-11-22T13:00 (UTC) or "
-                                    "2026-11-22T13:00+01:00") from None
-    return value
+        return params.instant(name, raw, naive_tz=timezone.utc)
+    except params.BadParam as exc:
+        raise forms.ValidationError(exc.detail) from None
+
+
+def _whole(name: str, raw: str, lo: int, hi: int) -> int | None:
+    """A whole number typed in a form (params.whole_number: ASCII digits); None when empty."""
+    from dashboard import params
+
+    if not raw:
+        return None
+    try:
+        return params.whole_number(name, raw, lo, hi)
+    except params.BadParam as exc:
+        raise forms.ValidationError(exc.detail) from None
 
 
 class AuditFilterForm(forms.Form):
     """The audit page's and exports' filters; an invalid value is shown next to its field."""
 
-    pipeline = forms.IntegerField(required=False, min_value=1, max_value=2**63 - 1, label="pipeline id")
+    # Ids and times are parsed by dashboard.params, as on every other page and in the API.
+    pipeline = forms.CharField(required=False, max_length=40, label="pipeline id")
     actor = forms.CharField(required=False, max_length=300, strip=True, label="who contains")
     action = forms.ChoiceField(required=False)
     q = forms.CharField(required=False, max_length=200, strip=True, label="subject or pipeline contains")
     since = forms.CharField(required=False, max_length=40, label="from (UTC)")
     until = forms.CharField(required=False, max_length=40, label="to (UTC)")
-    before = forms.IntegerField(required=False, min_value=1, max_value=2**63 - 1, widget=forms.HiddenInput)
+    before = forms.CharField(required=False, max_length=40, widget=forms.HiddenInput)
 
     def __init__(self, data):
         from dashboard.audit import ACTION_FAMILIES, KNOWN_ACTIONS
@@ -167,13 +194,19 @@ class AuditFilterForm(forms.Form):
             for family, label in ACTION_FAMILIES.items()
         ]
 
+    def clean_pipeline(self):
+        return _whole("pipeline", self.cleaned_data["pipeline"], 1, 2**63 - 1)
+
+    def clean_before(self):
+        return _whole("before", self.cleaned_data["before"], 1, 2**63 - 1)
+
     def clean_since(self):
         raw = self.cleaned_data["since"]
-        return _utc_datetime(raw) if raw else None
+        return _audit_instant("since", raw) if raw else None
 
     def clean_until(self):
         raw = self.cleaned_data["until"]
-        return _utc_datetime(raw) if raw else None
+        return _audit_instant("until", raw) if raw else None
 
     def clean(self):
         data = super().clean()

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
+from datetime import timezone as dt_timezone
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
@@ -28,6 +29,7 @@ class BadParam(ValueError):
         shown = value if len(value) <= 80 else value[:80] + "…"
         super().__init__(f"parameter {name!r}: {shown!r} {expected}")
         self.name = name
+        self.detail = f"{shown!r} {expected}"  # the message without the parameter's name (a form's field error)
 
 
 def time_zone() -> ZoneInfo:
@@ -82,26 +84,86 @@ class ChartParams:
         return {"kind": self.kind, "unit": self.unit, **self.range.query()}
 
 
+def single(query: QueryDict, name: str) -> str:
+    """The one value of parameter `name` ("" when absent); given twice it is ambiguous: refused."""
+    values = query.getlist(name)
+    if len(values) > 1:
+        raise BadParam(name, values[-1], f"is given {len(values)} times; give it once")
+    return values[0] if values else ""
+
+
 def _choice(query: QueryDict, name: str, choices: tuple[str, ...], default: str) -> str:
-    value = query.get(name, "") or default
+    value = single(query, name) or default
     if value not in choices:
         raise BadParam(name, value, f"is not one of {', '.join(choices)}")
     return value
 
 
-def _datetime(query: QueryDict, name: str) -> datetime | None:
-    raw = query.get(name, "").strip()
-    if not raw:
-        return None
+# --- the shared parsers: every page, chart URL, export, API parameter and audit filter ---------
+
+# The instants the dashboard works with: Python's datetime range less a day at each end, so any
+# of them can be shown in any time zone (offsets are under 24 h) and moved by a few hours without
+# overflowing. An ISO time beyond them (year 1 at +14:00 is before year 1 in UTC) is clamped to
+# them, not refused: it is a valid way to say "from the beginning" or "until the end".
+EARLIEST = datetime(1, 1, 2, tzinfo=dt_timezone.utc)
+LATEST = datetime(9999, 12, 30, 23, 59, 59, 999000, tzinfo=dt_timezone.utc)  # whole ms: epoch ms round-trip
+TIME_FORMAT = ("is not a date-time: ISO 8601 from year 1 to 9999, e.g. 2026-11-22T13:00 or "
+               "2026-11-22T13:00+01:00 (a '+' in a URL is sent as %2B)")
+_TIME_MAX_CHARS = 64  # the longest ISO form (with nanoseconds and an offset with seconds) is ~40
+
+
+def clamp(at: datetime) -> datetime:
+    """`at` (aware) in UTC within [EARLIEST, LATEST]."""
     try:
-        value = datetime.fromisoformat(raw)
-        if value.tzinfo is None:
-            # A datetime-local input sends wall-clock time: the dashboard's time zone.
-            value = value.replace(tzinfo=time_zone())
-        value.timestamp()  # out-of-range instants (year 1 with an offset, ...) fail here, not later
-    except (ValueError, OverflowError):
-        raise BadParam(name, raw, "is not a date-time (ISO 8601, e.g. 2026-11-22T13:00 or 2026-11-22T13:00+01:00)") from None
-    return value
+        utc = at.astimezone(dt_timezone.utc)
+    except (OverflowError, ValueError):  # beyond Python's range once the offset is applied
+        return EARLIEST if at.year == 1 else LATEST
+    return min(max(utc, EARLIEST), LATEST)
+
+
+def shifted(at: datetime, delta: timedelta) -> datetime:
+    """at + delta, saturated at EARLIEST/LATEST instead of overflowing."""
+    try:
+        return clamp(at + delta)
+    except OverflowError:
+        return EARLIEST if delta < timedelta(0) else LATEST
+
+
+def instant(name: str, value: str, *, naive_tz: tzinfo | None = None) -> datetime:
+    """An ISO 8601 date-time as an aware UTC datetime within [EARLIEST, LATEST]. Without an offset
+    it is wall-clock time in `naive_tz` (default settings.TIME_ZONE: what a datetime-local input
+    sends). A '+' sent unencoded in a query string arrives as a space: read as the '+' it was."""
+    raw = value.strip()
+    if raw and len(raw) <= _TIME_MAX_CHARS and raw.isascii() and raw.isprintable():
+        candidates = [raw]
+        if " " in raw:
+            head, _, tail = raw.rpartition(" ")
+            candidates.append(f"{head}+{tail}")
+        for text in candidates:
+            try:
+                parsed = datetime.fromisoformat(text)
+            except ValueError:
+                continue
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=naive_tz or time_zone())
+            return clamp(parsed)
+    raise BadParam(name, value, TIME_FORMAT)
+
+
+_WHOLE = re.compile(r"-?[0-9]{1,19}", re.ASCII)  # int() also reads '٣', '+1', ' 1', '1_0': not here
+
+
+def whole_number(name: str, value: str, lo: int, hi: int) -> int:
+    """A whole number lo..hi written in ASCII digits (a leading '-' where lo < 0)."""
+    raw = value.strip()
+    if not _WHOLE.fullmatch(raw) or (raw.startswith("-") and lo >= 0) or not lo <= int(raw) <= hi:
+        raise BadParam(name, value, f"is not a whole number from {lo} to {hi}")
+    return int(raw)
+
+
+def _datetime(query: QueryDict, name: str) -> datetime | None:
+    raw = single(query, name)
+    return instant(name, raw) if raw.strip() else None
 
 
 def parse_range(query: QueryDict, *, now: datetime, allow_all: bool = False, default: str = DEFAULT_RANGE) -> TimeRange:
@@ -110,11 +172,11 @@ def parse_range(query: QueryDict, *, now: datetime, allow_all: bool = False, def
     if since is None and until is not None:
         raise BadParam("from", "", "is required with 'to'")
     if since is not None:
-        if "range" in query and query["range"]:
-            raise BadParam("range", query["range"], "cannot be combined with 'from'/'to'")
+        if single(query, "range"):
+            raise BadParam("range", single(query, "range"), "cannot be combined with 'from'/'to'")
         until = until or now
         if since >= until:
-            raise BadParam("from", query["from"], f"must be before 'to' ({until.isoformat()})")
+            raise BadParam("from", single(query, "from"), f"must be before 'to' ({until.isoformat()})")
         return TimeRange(since, until, None)
     presets = (*RANGES, "all") if allow_all else tuple(RANGES)
     key = _choice(query, "range", presets, default)
@@ -151,9 +213,7 @@ def _span_words(span: timedelta) -> str:
 
 
 def parse_int(query: QueryDict, name: str, *, default: int | None, low: int, high: int) -> int | None:
-    raw = query.get(name, "").strip()
-    if not raw:
+    raw = single(query, name)
+    if not raw.strip():
         return default
-    if not re.fullmatch(r"\d{1,9}", raw) or not low <= int(raw) <= high:
-        raise BadParam(name, raw, f"is not a whole number from {low} to {high}")
-    return int(raw)
+    return whole_number(name, raw, low, high)

@@ -22,6 +22,7 @@ from dashboard.models import (Batch, Cluster, ExportJob, Incident, Pipeline, Pip
 from dashboard import collector_health as collector_state
 from dashboard.packing import NONE, unpack, unpack_partitions
 from dashboard.params import RANGES  # noqa: F401  (the chart's preset ranges, kept importable from here)
+from dashboard.params import shifted
 from streamoffsets import evaluation
 from streamoffsets.types import PipelineKey
 
@@ -323,8 +324,9 @@ def pipeline_chart_table(*, pipeline: Pipeline, kind: str, unit: str, since: dat
     times, committed = _packed_columns(_lag_rows(pipeline, since, until))
     # Lag in seconds needs the watermark history before the range too: as far back as the
     # evaluation looks, so the chart's newest point agrees with the pipeline page's number.
+    # Saturating: a range from year 1 has no "before" to look back into (no OverflowError).
     lookback = timedelta(seconds=settings.LAG_SECONDS_LOOKBACK_S)
-    wm_times, highs = _packed_columns(_watermark_rows(pipeline, since - lookback, until))
+    wm_times, highs = _packed_columns(_watermark_rows(pipeline, shifted(since, -lookback), until))
     partitions = sorted(committed)
     columns: list[array] = []
     if unit == "messages":

@@ -488,3 +488,6 @@ LOGGING["handlers"]["console"]["filters"] = ["mask_secrets"]
 from streamoffsets.urls import file_roots_from_setting  # noqa: E402 (pure; kept with its setting)
 
 FILE_STORE_ROOTS = file_roots_from_setting(env_str("OFFSETWATCH_FILE_STORE_ROOTS", ""))
+# Input validation (issue #12): every error under /api/ is JSON, whoever made it (Django's 404 or
+# 413, a middleware's 403 or 429, handler500): outermost, so it sees every answer.
+MIDDLEWARE.insert(0, "dashboard.api_errors.ApiJsonErrorsMiddleware")

@@ -28,7 +28,11 @@ def _pipeline_or_404(pipeline_id: int) -> Pipeline:
         raise Http404(f"no pipeline with id {pipeline_id}") from None
 
 
-def _bad_param(exc: params.BadParam) -> HttpResponse:
+def _bad_param(exc: params.BadParam, request=None) -> HttpResponse:
+    """400 naming the parameter: a page for people (given `request`), plain text for the chart
+    and export files (what a script fetching them can print)."""
+    if request is not None:
+        return render(request, "dashboard/bad_request.html", {"message": str(exc), "param": exc.name}, status=400)
     return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
 
 
@@ -62,9 +66,8 @@ def _overview_context(request) -> dict:
 def _pipeline_context(request, pipeline: Pipeline) -> dict:
     """The page's context; raises BadParam for bad chart parameters."""
     chart = params.parse_chart_params(request.GET, now=timezone.now())
-    page_obj, batch_partitions, batch_rows = selectors.pipeline_batches(
-        pipeline=pipeline, page=request.GET.get("page", 1)
-    )
+    page = params.parse_int(request.GET, "page", default=1, low=1, high=10**9)
+    page_obj, batch_partitions, batch_rows = selectors.pipeline_batches(pipeline=pipeline, page=page)
     return {
         "pipeline": pipeline,
         "freshness": selectors.pipeline_freshness(pipeline=pipeline),
@@ -97,7 +100,7 @@ def pipeline_detail(request, pipeline_id: int):
     try:
         context = _pipeline_context(request, pipeline)
     except params.BadParam as exc:
-        return _bad_param(exc)
+        return _bad_param(exc, request)
     return render(request, "dashboard/pipeline.html", context)
 
 
@@ -108,7 +111,7 @@ def pipeline_live(request, pipeline_id: int):
     try:
         context = _pipeline_context(request, pipeline)
     except params.BadParam as exc:
-        return _bad_param(exc)
+        return _bad_param(exc, request)
     return render(request, "dashboard/partials/pipeline_live.html", context)
 
 
@@ -337,8 +340,8 @@ def pipeline_batches_csv(request, pipeline_id: int):
 def export_job_new(request, pipeline_id: int):
     """Queue a background export (the form of the "too large" page or the pipeline page)."""
     pipeline = _pipeline_or_404(pipeline_id)
-    kind = request.POST.get("export", "")
     try:
+        kind = params.single(request.POST, "export")
         if kind not in ExportJob.Kind.values:
             raise params.BadParam("export", kind, f"is not one of {', '.join(ExportJob.Kind.values)}")
         if kind == ExportJob.Kind.CHART_CSV:
@@ -348,7 +351,7 @@ def export_job_new(request, pipeline_id: int):
             time_range = params.parse_range(request.POST, now=timezone.now(), allow_all=True, default="all")
             chart_kind, unit = "total", "messages"
     except params.BadParam as exc:
-        return _bad_param(exc)
+        return _bad_param(exc, request)
     try:
         services.export_job_create(user=request.user, pipeline=pipeline, kind=kind, time_range=time_range,
                                    chart_kind=chart_kind, chart_unit=unit)

@@ -150,3 +150,93 @@ def approved_replay(stack, unique_name, tmp_path) -> dict:
     rewind = rewind_decide(rewind=rewind, user=person("amir", APPROVER), approve=True)
     token = services.pipeline_token_issue(pipeline=pipeline, name="job")[1]
     return {"topic": topic, "group": group, "root": root, "rewind": rewind, "token": token, "pipeline": pipeline}
+
+
+# --- the security suite's actors and world (tests/test_security.py, tests/test_fuzz.py) ---------
+
+# Everyone who can knock: people by role, a staff user with a few admin permissions, an API token
+# (acting as a viewer, as Grafana or a script would hold one) and a job's pipeline token, for its
+# own pipeline and for another pipeline.
+ACTORS = ("anonymous", "norole", "viewer", "operator", "approver", "staff", "superuser", "api_token",
+          "pipeline_token", "other_pipeline_token")
+# The admin permissions of the "staff" actor: read pipelines, read and change stores; nothing else.
+STAFF_PERMISSIONS = ("view_pipeline", "view_store", "change_store")
+
+
+@dataclass
+class Actor:
+    name: str
+    user: object | None = None  # a session user (force_login), None for anonymous and tokens
+    token: str | None = None  # sent as `Authorization: Bearer <token>`
+
+    def client(self, *, enforce_csrf_checks: bool = False):
+        from django.test import Client
+
+        headers = {"HTTP_AUTHORIZATION": f"Bearer {self.token}"} if self.token else {}
+        client = Client(enforce_csrf_checks=enforce_csrf_checks, **headers)
+        if self.user is not None:
+            client.force_login(self.user)
+        return client
+
+
+@dataclass
+class SecurityWorld:
+    pipeline: object  # the pipeline of "pipeline_token"
+    other_pipeline: object  # the pipeline of "other_pipeline_token"
+    rewind: object  # requested (store mode) by olga, not one of the actors: nobody acting decided it
+    export_job: object  # the viewer's finished export, its file on disk
+    actors: dict[str, Actor]
+
+
+def security_world(unique_name, tmp_path) -> SecurityWorld:
+    """One of everything a route can be about, and every actor (ACTORS). No server needed."""
+    from django.contrib.auth.models import Permission, User
+    from django.utils import timezone
+
+    from dashboard.models import ExportJob, Incident, StoreProblem
+    from dashboard.rewinds import rewind_request
+    from dashboard.roles import APPROVER, OPERATOR, VIEWER
+
+    pipeline = offline_pipeline(unique_name, partitions={0: (0, 10), 1: (0, 10)},
+                                batches=[(REPLAY_T0, {0: 4, 1: 4}), (REPLAY_T0 + 10_000, {0: 9, 1: 8})])
+    other = offline_pipeline(unique_name, partitions={0: (0, 5)}, batches=[(REPLAY_T0, {0: 2})])
+    rewind = rewind_request(pipeline=pipeline, user=person(unique_name("olga"), OPERATOR), kind="batch",
+                            spec={"batch_time_ms": REPLAY_T0}, reason="replay", mode="store")
+    viewer = person(unique_name("viewer"), VIEWER)
+    staff = person(unique_name("staff"))
+    staff.is_staff = True
+    staff.save()
+    staff.user_permissions.add(*Permission.objects.filter(codename__in=STAFF_PERMISSIONS))
+    export_file = tmp_path / "export.csv"
+    export_file.write_text("a,b\n1,2\n")
+    export_job = ExportJob.objects.create(user=viewer, pipeline=pipeline, kind=ExportJob.Kind.BATCHES_CSV,
+                                          status=ExportJob.Status.DONE, file_path=str(export_file),
+                                          file_name="export.csv", finished_at=timezone.now())
+    # A row for every admin page to show (change, delete, history views).
+    services.start_report_record(pipeline=pipeline, report={"topic": pipeline.topic, "group": pipeline.group,
+                                                            "offsets": {"0": 9, "1": 8}})
+    Incident.objects.create(pipeline=pipeline, opened_at=timezone.now(), closed_at=timezone.now(), worst_status=2,
+                            reasons=["test"])  # closed: the evaluation may have opened one already
+    StoreProblem.objects.create(store=pipeline.store, key="row-1", problem="test")
+    from dashboard import collector_health
+
+    services.source_health_record(source=collector_health.BEAT_SOURCE, label=collector_health.BEAT_LABEL,
+                                  started_at=timezone.now(), duration_ms=0)
+    from axes.models import AccessAttempt, AccessFailureLog  # login throttling's rows (dashboard/lockout.py)
+
+    AccessAttempt.objects.create(username="mallory", ip_address="198.51.100.9", user_agent="t", failures_since_start=1)
+    AccessFailureLog.objects.create(username="mallory", ip_address="198.51.100.9", user_agent="t")
+    actors = {
+        "anonymous": Actor("anonymous"),
+        "norole": Actor("norole", person(unique_name("norole"))),
+        "viewer": Actor("viewer", viewer),
+        "operator": Actor("operator", person(unique_name("operator"), OPERATOR)),
+        "approver": Actor("approver", person(unique_name("approver"), APPROVER)),
+        "staff": Actor("staff", staff),
+        "superuser": Actor("superuser", User.objects.create_superuser(unique_name("root"), password=None)),
+        "api_token": Actor("api_token", token=services.api_token_issue(user=viewer, name="grafana")[1]),
+        "pipeline_token": Actor("pipeline_token", token=services.pipeline_token_issue(pipeline=pipeline, name="job")[1]),
+        "other_pipeline_token": Actor("other_pipeline_token",
+                                      token=services.pipeline_token_issue(pipeline=other, name="job")[1]),
+    }
+    return SecurityWorld(pipeline, other, rewind, export_job, actors)

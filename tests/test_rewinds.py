@@ -221,7 +221,7 @@ def test_the_jobs_api_refuses_bad_bodies_with_clear_errors(payments, actors):
     assert job.post(f"/api/v1/rewinds/{r.pk}/claim", "not json", content_type="application/json").status_code == 400
     job.post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "a"}, content_type="application/json")
     bad = job.post(f"/api/v1/rewinds/{r.pk}/applied", {"instance": "a", "offsets": {"0": -1}}, content_type="application/json")
-    assert bad.status_code == 400 and "non-negative integers" in bad.json()["error"]
+    assert bad.status_code == 400 and "offsets.0: must be a non-negative integer" in bad.json()["error"]
     wrong = job.post(f"/api/v1/rewinds/{r.pk}/applied", {"instance": "b", "offsets": {"0": 30, "1": 20}},
                      content_type="application/json")
     assert wrong.status_code == 409 and "not claimed by 'b'" in wrong.json()["error"]

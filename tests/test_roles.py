@@ -1,4 +1,5 @@
-"""Roles (viewer, operator, approver), login everywhere but /healthz, create_user, CSRF."""
+"""Roles (viewer, operator, approver) and what they imply, refusals that name the role, create_user.
+Who may reach each route, and CSRF on every unsafe route: tests/test_security.py."""
 from __future__ import annotations
 
 import io
@@ -8,11 +9,9 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import CommandError, call_command
 from django.http import HttpRequest, JsonResponse
-from django.test import Client, RequestFactory
-from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.test import RequestFactory
+from django.urls import reverse
 
-from dashboard import services
-from dashboard.api import api_view
 from dashboard.roles import APPROVER, OPERATOR, ROLES, VIEWER, role_required, user_has_role
 from tests.factories import offline_pipeline, person
 
@@ -64,45 +63,7 @@ def test_inactive_users_and_unknown_roles(actors):
         role_required("admin")
 
 
-# --- every page needs login ---------------------------------------------------------------------
-
-# Reachable without logging in, on purpose: liveness, the login flow, a static asset, the JSON
-# 404 for unknown API paths, and the start-report endpoint (the job's pipeline token instead).
-PUBLIC = {"healthz", "login", "logout", "plotly_js", "api_not_found", "api_start_report"}
-
-
-def _routes(resolver=None, prefix=""):
-    for entry in (resolver or get_resolver()).url_patterns:
-        if isinstance(entry, URLResolver):
-            if getattr(entry, "namespace", None) == "admin":
-                yield prefix + str(entry.pattern), "admin"
-                continue
-            yield from _routes(entry, prefix + str(entry.pattern))
-        elif isinstance(entry, URLPattern):
-            yield prefix + str(entry.pattern), entry.name
-
-
-EXAMPLE_IDS = {"<int:pipeline_id>": "1", "<int:job_id>": "1", "<int:rewind_id>": "1"}
-
-
-def _example(route: str) -> str:
-    for param, value in EXAMPLE_IDS.items():
-        route = route.replace(param, value)
-    return "/" + route
-
-
-def test_every_route_is_either_public_on_purpose_or_needs_login(client):
-    routes = list(_routes())
-    assert len(routes) >= 15
-    for route, name in routes:
-        if name in PUBLIC:
-            continue
-        assert "<" not in _example(route), f"{route}: add an example value for its parameter to EXAMPLE_IDS"
-        response = client.get(_example(route))
-        if route.startswith("api/") or route == "metrics":
-            assert response.status_code == 401, route
-        else:
-            assert response.status_code == 302 and "/login/" in response["Location"], route
+# --- refusals (who may reach which route: the matrix in tests/test_security.py) ---------------
 
 
 def test_a_user_with_no_role_is_told_so_on_every_data_page(client, actors, unique_name):
@@ -145,63 +106,7 @@ def test_a_role_the_user_lacks_is_named(actors):
     assert approve(request).status_code == 200
 
 
-# --- CSRF ----------------------------------------------------------------------------------------
-
-
-def test_csrf_is_still_enforced_for_session_users(actors):
-    browser = Client(enforce_csrf_checks=True)
-    browser.force_login(actors["alice_viewer"])
-    assert browser.post(reverse("logout")).status_code == 403  # a forged logout is refused
-    assert browser.get(reverse("overview")).status_code == 200  # still logged in
-
-
-def test_start_reports_need_no_csrf_token_with_a_pipeline_token(unique_name):
-    pipeline = offline_pipeline(unique_name, partitions={0: (0, 10)}, batches=[(1_700_000_000_000, {0: 4})])
-    _, plain = services.pipeline_token_issue(pipeline=pipeline, name="job")
-    job = Client(enforce_csrf_checks=True)
-    report = {"topic": pipeline.topic, "group": pipeline.group, "offsets": {"0": 4}}
-    response = job.post(reverse("api_start_report"), report, content_type="application/json",
-                        HTTP_AUTHORIZATION=f"Bearer {plain}")
-    assert response.status_code == 201 and response.json()["pipeline"] == pipeline.pk
-
-
-@pytest.fixture
-def request_rewind():
-    """A mutating API endpoint for operators, as the rewind feature will declare it."""
-    @api_view(methods=("POST",), role=OPERATOR)
-    def view(request):
-        return JsonResponse({"requested_by": request.user.username}, status=201)
-    return view
-
-
-def test_api_posts_by_session_need_the_csrf_token(actors, request_rewind):
-    rf = RequestFactory()
-    forged = rf.post("/api/v1/rewinds", {}, content_type="application/json")
-    forged.user = actors["bob_operator"]
-    response = request_rewind(forged)
-    assert response.status_code == 403 and body(response)["error"].startswith("CSRF check failed")
-
-    secret = "k" * 32  # the cookie's secret, echoed in the header as a same-origin page does
-    genuine = rf.post("/api/v1/rewinds", {}, content_type="application/json", HTTP_X_CSRFTOKEN=secret)
-    genuine.COOKIES["csrftoken"] = secret
-    genuine.user = actors["bob_operator"]
-    assert request_rewind(genuine).status_code == 201
-
-
-def test_api_posts_by_token_need_no_csrf_token_but_the_role(actors, request_rewind):
-    rf = RequestFactory()
-    _, bob_token = services.api_token_issue(user=actors["bob_operator"], name="automation")
-    _, alice_token = services.api_token_issue(user=actors["alice_viewer"], name="grafana")
-    request = rf.post("/api/v1/rewinds", {}, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {bob_token}")
-    request.user = actors["dave_norole"]  # whatever the session says, the token decides
-    response = request_rewind(request)
-    assert response.status_code == 201 and body(response) == {"requested_by": "bob_operator"}
-    request = rf.post("/api/v1/rewinds", {}, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {alice_token}")
-    request.user = actors["dave_norole"]
-    response = request_rewind(request)
-    assert response.status_code == 403 and "needs the operator role" in body(response)["error"]
-    request = rf.get("/api/v1/rewinds", HTTP_AUTHORIZATION=f"Bearer {bob_token}")
-    assert request_rewind(request).status_code == 405
+# (CSRF: the walker over every unsafe route is in tests/test_security.py.)
 
 
 # --- manage.py create_user -------------------------------------------------------------------------
