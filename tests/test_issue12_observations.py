@@ -55,15 +55,20 @@ def test_obs2_one_long_name_does_not_blind_the_store(stack, unique_name):
     assert good.batches.count() == 2
 
 
-def test_obs3_a_jobs_instance_is_data_not_the_actor(stack, unique_name, client):
+def _collected_pipeline_with_token(stack, unique_name) -> tuple[str, str]:
+    """(topic, plain token) of group "etl" collected from an HBase store, with its job's token."""
     s = hbase_store_setup(stack, unique_name, partitions=1, records=3)
     save(s, "etl", 1_000, {0: 1})
     poll_store(s.store.pk)
     out = io.StringIO()
     call_command("issue_pipeline_token", store=s.store.name, topic=s.topic, group="etl", stdout=out,
                  stderr=io.StringIO())
-    plain = out.getvalue().strip()
-    report = {"topic": s.topic, "group": "etl", "offsets": {"0": 1}, "stored": {"0": 1}, "clamps": [],
+    return s.topic, out.getvalue().strip()
+
+
+def test_obs3_a_jobs_instance_is_data_not_the_actor(stack, unique_name, client):
+    topic, plain = _collected_pipeline_with_token(stack, unique_name)
+    report = {"topic": topic, "group": "etl", "offsets": {"0": 1}, "stored": {"0": 1}, "clamps": [],
               "first_start": False, "instance": "amir"}
     before = AuditEvent.objects.count()
     response = client.post("/api/v1/start-reports", json.dumps(report), content_type="application/json",
@@ -126,14 +131,9 @@ def test_obs6_extreme_times_are_never_a_500(unique_name, path, value):
 
 
 def test_obs6_hostile_job_numbers_are_a_400(stack, unique_name, client):
-    s = hbase_store_setup(stack, unique_name, partitions=1, records=3)
-    save(s, "etl", 1_000, {0: 1})
-    poll_store(s.store.pk)
-    out = io.StringIO()
-    call_command("issue_pipeline_token", store=s.store.name, topic=s.topic, group="etl", stdout=out,
-                 stderr=io.StringIO())
-    auth = {"HTTP_AUTHORIZATION": f"Bearer {out.getvalue().strip()}"}
-    base = {"topic": s.topic, "group": "etl", "offsets": {"0": 1}, "stored": {"0": 1}, "clamps": [],
+    topic, plain = _collected_pipeline_with_token(stack, unique_name)
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {plain}"}
+    base = {"topic": topic, "group": "etl", "offsets": {"0": 1}, "stored": {"0": 1}, "clamps": [],
             "first_start": False, "instance": "i-1"}
     for bad in ({"clamps": [{"partition": 0, "messages_lost": 1e20}]},
                 {"clamps": [{"partition": 0, "messages_lost": -1}]},
