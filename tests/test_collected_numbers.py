@@ -1,0 +1,71 @@
+"""Issue #13: the numbers reported for what real stores hold, written as their writers leave them
+and read back through the API and the pages after real collector polls."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.urls import reverse
+
+from collectors.cycle import collect_once
+from dashboard import services
+from dashboard.models import Pipeline
+from dashboard.roles import VIEWER
+from pipeline.producer import ensure_topic, produce
+from tests.factories import person
+
+pytestmark = pytest.mark.django_db
+
+T0 = 1_700_000_000_000
+
+
+def spark_batch(ckpt, batch_id: int, topic: str, offsets: dict[int, int], ts_ms: int, committed: bool) -> None:
+    """offsets/N (and commits/N when the batch is done) as Spark's HDFSMetadataLog leaves them:
+    compact JSON, no final newline, .crc files beside (see tests/test_store_checkpoint.py)."""
+    for sub in ("offsets", "commits"):
+        (ckpt / sub).mkdir(parents=True, exist_ok=True)
+    (ckpt / "metadata").write_text('{"id":"5f0e6b5e-7d0a-4f7c-9b9e-0c3b1d7c6a11"}')
+    meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": ts_ms, "conf": {}}, separators=(",", ":"))
+    source = json.dumps({topic: {str(p): o for p, o in offsets.items()}}, separators=(",", ":"))
+    (ckpt / "offsets" / str(batch_id)).write_text(f"v1\n{meta}\n{source}")
+    (ckpt / "offsets" / f".{batch_id}.crc").write_bytes(b"crc\x00\x01")
+    if committed:
+        (ckpt / "commits" / str(batch_id)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+        (ckpt / "commits" / f".{batch_id}.crc").write_bytes(b"crc\x00\x02")
+
+
+def test_a_checkpoints_numbers_come_from_its_newest_committed_batch_not_the_planned_one(
+    client, stack, tmp_path, unique_name,
+):
+    topic = unique_name("orders")
+    ensure_topic(stack.kafka_bootstrap, topic, 2)
+    produce(stack.kafka_bootstrap, topic, 2, 40)  # 20 records per partition
+    ckpt = tmp_path / "ckpts" / "orders-enricher"
+    for batch_id in range(5):  # batches 0-4 done: 2, 4, 6, 8, 10 per partition
+        spark_batch(ckpt, batch_id, topic, {0: 2 * batch_id + 2, 1: 2 * batch_id + 2}, T0 + batch_id * 1000, True)
+    # Batch 5 planned: Spark wrote offsets/5 and is running it (or will re-run it after a crash).
+    spark_batch(ckpt, 5, topic, {0: 17, 1: 19}, T0 + 5000, committed=False)
+    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store = services.store_get_or_create(name=unique_name("s"), kind="checkpoint",
+                                         url=f"checkpoint://{ckpt.parent}", cluster=cluster)
+    assert collect_once().errors == []
+    pipeline = Pipeline.objects.get(store=store, topic=topic, group="orders-enricher")
+
+    client.force_login(person("carol", VIEWER))
+    detail = client.get(f"/api/v1/pipelines/{pipeline.pk}").json()
+    parts = {r["partition"]: r for r in detail["partitions"]}
+    # Batch 4's offsets (what a restart resumes from), not batch 5's.
+    assert {p: (r["committed"], r["lag"]) for p, r in parts.items()} == {0: (10, 10), 1: (10, 10)}
+    assert detail["total_lag"] == 20
+    partitions = client.get(f"/api/v1/pipelines/{pipeline.pk}/partitions").json()["partitions"]
+    assert {r["partition"]: r["committed"] for r in partitions} == {0: 10, 1: 10}
+    # The batches table keeps showing #5 as planned.
+    batches = client.get(f"/api/v1/pipelines/{pipeline.pk}/batches").json()["batches"]
+    assert [(b["batch_id"], b["committed"]) for b in batches][:2] == [(5, False), (4, True)]
+    assert "planned, not committed" in client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
+
+    # Spark commits batch 5: now it is the position.
+    spark_batch(ckpt, 5, topic, {0: 17, 1: 19}, T0 + 5000, committed=True)
+    assert collect_once().errors == []
+    parts = {r["partition"]: r for r in client.get(f"/api/v1/pipelines/{pipeline.pk}").json()["partitions"]}
+    assert {p: (r["committed"], r["lag"]) for p, r in parts.items()} == {0: (17, 3), 1: (19, 1)}
