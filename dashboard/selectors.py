@@ -494,7 +494,8 @@ def overview_rows(
     return list(rows.values(
         "pk", "topic", "group", "last_batch_ms", store_name=F("store__name"), status=F("evaluation__status"),
         reasons=F("evaluation__reasons"), total_lag=F("evaluation__total_lag"),
-        lag_seconds=F("evaluation__lag_seconds"), retention_seconds_left=F("evaluation__retention_seconds_left"),
+        lag_seconds=F("evaluation__lag_seconds"), lag_seconds_method=F("evaluation__lag_seconds_method"),
+        retention_seconds_left=F("evaluation__retention_seconds_left"),
         sparkline_svg=F("evaluation__sparkline_svg"), sparkline_max=F("evaluation__sparkline_max"), worst_partition=F("evaluation__worst_partition"),
         worst_partition_lag=F("evaluation__worst_partition_lag"),
     ))

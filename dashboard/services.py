@@ -451,8 +451,15 @@ def _pipeline_evaluation(
     for e in partitions:
         row = {"partition": e.partition, "committed": e.committed, "low": e.low, "high": e.high, "lag": e.lag,
                "state": e.state.value, "messages_lost": e.messages_lost, "lag_seconds": None,
-               "lag_method": "", "retention_margin": None, "retention_seconds_left": None}
-        if e.committed is not None and e.high is not None:
+               "lag_method": "", "retention_margin": None, "retention_seconds_left": None,
+               "lag_absent": e.lag_absent}
+        if e.lag is None and e.committed is not None and e.high is not None:
+            # Out of range: the state wins; no number derived from a position that does not exist.
+            # Below the low watermark the margin stays: negative, it is the data lost (metrics).
+            time_lags.append((e.partition, None, evaluation.TimeLag(None, e.lag_absent)))
+            if e.state is evaluation.PartitionState.LOW_OUT_OF_RANGE:
+                row["retention_margin"] = e.committed - e.low
+        elif e.committed is not None and e.high is not None:
             # A partition at the high watermark of this cycle (the newest sample) is caught up:
             # rule 1 of lag_seconds, without walking its history.
             record_ms = record_times.get((pipeline.topic, e.partition, e.committed))
@@ -476,10 +483,12 @@ def _pipeline_evaluation(
                     status.reasons.append(risk.describe(e.partition))
         rows.append(row)
     pipeline_time_lag = evaluation.pipeline_lag_seconds(time_lags)
+    # No partition with a lag number (all out of range or unknown): no total either, not 0.
+    total = evaluation.total_lag(partitions) if any(e.lag is not None for e in partitions) else None
     worst = max((e for e in partitions if e.lag is not None and e.lag > 0), key=lambda e: e.lag, default=None)
     return PipelineEvaluation(
         pipeline=pipeline, evaluated_at=now, status=int(status.status), reasons=status.reasons, partitions=rows,
-        total_lag=evaluation.total_lag(partitions), lag_seconds=pipeline_time_lag.seconds,
+        total_lag=total, lag_seconds=pipeline_time_lag.seconds,
         lag_seconds_method=pipeline_time_lag.method[:100],
         batch_interval_s=interval, retention_seconds_left=soonest_loss,
         worst_partition=worst.partition if worst else None, worst_partition_lag=worst.lag if worst else None,

@@ -69,3 +69,57 @@ def test_a_checkpoints_numbers_come_from_its_newest_committed_batch_not_the_plan
     assert collect_once().errors == []
     parts = {r["partition"]: r for r in client.get(f"/api/v1/pipelines/{pipeline.pk}").json()["partitions"]}
     assert {p: (r["committed"], r["lag"]) for p, r in parts.items()} == {0: (17, 3), 1: (19, 1)}
+
+
+def test_an_out_of_range_partition_has_no_lag_numbers_and_says_why(client, stack, tmp_path, unique_name):
+    """The state wins over every derived number: no lag, no lag in seconds, no "caught up"."""
+    from django.utils import timezone
+
+    from dashboard.models import PipelineEvaluation
+    from streamoffsets.kafka import WatermarkResult
+    from streamoffsets.store import open_store
+    from streamoffsets.types import BatchOffsets, Watermarks
+
+    topic, group = unique_name("orders"), "etl"
+    ensure_topic(stack.kafka_bootstrap, topic, 2)
+    produce(stack.kafka_bootstrap, topic, 2, 402)  # 201 per partition
+    url = f"file://{tmp_path / 'offsets'}"
+    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store = services.store_get_or_create(name=unique_name("s"), kind="file", url=url, cluster=cluster)
+    now_ms = int(timezone.now().timestamp() * 1000)
+    with open_store(url) as writer:  # partition 0 beyond the topic's end (re-created topic?)
+        writer.save_batch(BatchOffsets(topic, group, now_ms, {0: 1000, 1: 150}))
+    assert collect_once().errors == []
+    pipeline = Pipeline.objects.get(store=store, topic=topic, group=group)
+
+    client.force_login(person("carol", VIEWER))
+    detail = client.get(f"/api/v1/pipelines/{pipeline.pk}").json()
+    parts = {r["partition"]: r for r in detail["partitions"]}
+    p0 = parts[0]
+    assert (p0["committed"], p0["high"], p0["state"]) == (1000, 201, "high out-of-range")
+    assert (p0["lag"], p0["lag_seconds"], p0["lag_method"]) == (None, None, "")
+    assert p0["lag_absent"] == "out of range: committed 1000 above the high watermark 201"
+    assert (parts[1]["lag"], parts[1]["lag_absent"]) == (51, None)
+    assert client.get(f"/api/v1/pipelines/{pipeline.pk}/partitions").json()["partitions"] == detail["partitions"]
+    assert detail["status"] == "ERR"
+    # The total counts the partitions with a lag; the pipeline's lag in seconds is absent and says why.
+    assert (detail["total_lag"], detail["lag_seconds"]) == (51, None)
+    assert detail["lag_seconds_method"] == "none: partition 0 is out of range"
+    assert "caught up" not in str(detail) and all(r["lag"] is None or r["lag"] >= 0 for r in detail["partitions"])
+
+    page = client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
+    row = page.split('data-partition="0"', 1)[1].split("</tr>", 1)[0]
+    assert "out of range: committed 1000 above the high watermark 201" in row
+    assert " s</td>" not in row and "caught up" not in row
+    overview = client.get(reverse("overview")).content.decode()
+    line = overview.split(f'data-pipeline="{pipeline.pk}"', 1)[1].split("</tr>", 1)[0]
+    assert 'title="none: partition 0 is out of range">—</td>' in line  # the lag (time) column, not "0 s"
+
+    # Below the low watermark (Tansu cannot move one: the watermarks enter at the service seam).
+    result = WatermarkResult(by_topic={topic: {0: Watermarks(0, 2_000, 5_000), 1: Watermarks(1, 0, 201)}})
+    services.watermarks_record(cluster=cluster, result=result, sampled_at=timezone.now())
+    p0 = PipelineEvaluation.objects.get(pipeline=pipeline).partitions[0]
+    assert (p0["state"], p0["lag"], p0["lag_seconds"], p0["lag_method"]) == ("low out-of-range", None, None, "")
+    assert p0["retention_margin"] == -1000  # negative: the data lost (what the metrics export)
+    assert p0["lag_absent"] == ("out of range: committed 1000 below the low watermark 2000 "
+                                "(1000 messages deleted before being read)")
