@@ -197,7 +197,10 @@ def _samples_new(
     pipeline: Pipeline, batches: list[BatchOffsets], last_ms: int | None, previous: dict[str, int] | None,
     now_ms: int, horizon_ms: int, problems: list[RowProblem], *, store_name: str, keep_from_ms: int | None = None,
 ) -> list[Batch]:
-    """The current state of a store without history, as a sample if it moved. A state dated
+    """The current state of a store without history, as a sample if it moved or was written
+    again (issue #13: a writer re-writing unchanged offsets, its time moving, is a batch written
+    while no offset moved: the stall rule needs it, else a stall reads as a stop). A state whose
+    time is only when it was read (`time_observed`) is a sample only when it moved. A state dated
     beyond the horizon, or older than the newest sample while its offsets changed (the writer's
     clock stepped), is recorded at the collector's clock with a named problem: its offsets are
     real and would be lost otherwise, and its time must not become the pipeline's position."""
@@ -205,6 +208,9 @@ def _samples_new(
     for batch in batches:
         offsets = _as_json_offsets(batch)
         at_ms = batch.batch_time_ms
+        # The store dated this state itself (a znode's mtime, a file's batch time) and it is
+        # newer than the newest recorded: it was written again, even with the same offsets.
+        rewritten = not batch.time_observed and (last_ms is None or at_ms > last_ms) and at_ms <= horizon_ms
         where = f"{pipeline.topic} / {pipeline.group}"
         if at_ms > horizon_ms:
             problems.append(RowProblem(store_name, where, f"batch time {_ms_text(at_ms)} is more than "
@@ -218,7 +224,7 @@ def _samples_new(
                                        "offsets changed (the writer's clock went back?): recorded at the collector's "
                                        "read time"))
             at_ms = max(now_ms, last_ms + 1)
-        if offsets == previous and (keep_from_ms is None or at_ms < keep_from_ms):
+        if offsets == previous and not rewritten and (keep_from_ms is None or at_ms < keep_from_ms):
             continue  # sampled again and had not moved
         rows.append(Batch(pipeline=pipeline, batch_time_ms=at_ms, offsets=offsets,
                           records=_records_between(previous, offsets), batch_id=batch.batch_id,

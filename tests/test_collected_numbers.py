@@ -123,3 +123,52 @@ def test_an_out_of_range_partition_has_no_lag_numbers_and_says_why(client, stack
     assert p0["retention_margin"] == -1000  # negative: the data lost (what the metrics export)
     assert p0["lag_absent"] == ("out of range: committed 1000 below the low watermark 2000 "
                                 "(1000 messages deleted before being read)")
+
+
+@pytest.fixture
+def zk_root(stack, unique_name):
+    """A plain kazoo client (as an old consumer or a Storm spout writes) and a fresh chroot."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=stack.zookeeper_hosts, timeout=5)
+    client.start(timeout=5)
+    chroot = f"/{unique_name('ow')}"
+    client.create(chroot)
+    yield client, chroot
+    client.delete(chroot, recursive=True)
+    client.stop()
+    client.close()
+
+
+def test_a_zookeeper_group_rewriting_unchanged_offsets_while_messages_wait_is_stalled(
+    client, stack, zk_root, unique_name,
+):
+    """Every partition node re-written with the same offset (its mtime moves): the store says a
+    batch was written, so the batches keep coming while no offset moves: STALLED, not stopped."""
+    import time
+
+    zk, chroot = zk_root
+    topic, group = unique_name("orders"), "spout"
+    ensure_topic(stack.kafka_bootstrap, topic, 2)
+    produce(stack.kafka_bootstrap, topic, 2, 40)  # 20 per partition; the spout is stuck at 5
+    base = f"{chroot}/consumers/{group}/offsets/{topic}"
+    for p in (0, 1):
+        zk.create(f"{base}/{p}", b"5", makepath=True)
+    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store = services.store_get_or_create(name=unique_name("s"), kind="zookeeper",
+                                         url=f"zk://{stack.zookeeper_hosts}{chroot}", cluster=cluster)
+    assert collect_once().errors == []
+    for _ in range(4):  # the spout commits every ~1 s, the same offsets each time
+        time.sleep(1.0)
+        for p in (0, 1):
+            zk.set(f"{base}/{p}", b"5")
+        assert collect_once().errors == []
+    pipeline = Pipeline.objects.get(store=store, topic=topic, group=group)
+    # Each rewrite is a batch written (records 0), dated by the nodes' mtime.
+    assert pipeline.batches.count() == 5
+    assert set(pipeline.batches.exclude(records=None).values_list("records", flat=True)) == {0}
+
+    client.force_login(person("carol", VIEWER))
+    detail = client.get(f"/api/v1/pipelines/{pipeline.pk}").json()
+    assert detail["status"] == "STALLED", detail["reasons"]
+    assert any("batches keep coming but no offset moved" in r and "30 messages wait" in r for r in detail["reasons"])
