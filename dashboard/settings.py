@@ -402,3 +402,10 @@ LOGGING = {
     # kaleido and its browser driver log every image at INFO: kept to warnings.
     "loggers": {name: {"level": "WARNING"} for name in ("kaleido", "choreographer", "logistro")},
 }
+
+# Issue #13 (numbers right on real platforms): a cluster's poll waits, at most this many
+# seconds, until its stores' polls of the cycle (queued or running) are done, so it evaluates on
+# the offsets they just wrote; a store slower than this is evaluated on its previous offsets and
+# does not hold the cluster's poll longer (a quarter interval at most: the cadence is kept).
+CLUSTER_WAIT_FOR_STORES_S = env_float("OFFSETWATCH_CLUSTER_WAIT_FOR_STORES",
+                                      min(2.0, POLL_INTERVAL_S / 4, IO_TIMEOUT_S))
