@@ -172,3 +172,37 @@ def test_a_zookeeper_group_rewriting_unchanged_offsets_while_messages_wait_is_st
     detail = client.get(f"/api/v1/pipelines/{pipeline.pk}").json()
     assert detail["status"] == "STALLED", detail["reasons"]
     assert any("batches keep coming but no offset moved" in r and "30 messages wait" in r for r in detail["reasons"])
+
+
+def test_a_recurring_torn_write_warning_is_one_row_with_a_count(client, stack, zk_root, unique_name):
+    """A per-partition writer whose partition 0 stopped while partition 1 keeps committing: the
+    torn-write warning recurs at every poll, its text unchanged, so it stays one row whose count
+    and last-seen time grow (it held the changing times and added a row per poll)."""
+    import time
+
+    from dashboard.models import StoreProblem
+
+    zk, chroot = zk_root
+    topic, group = unique_name("orders"), "spout"
+    ensure_topic(stack.kafka_bootstrap, topic, 2)
+    base = f"{chroot}/consumers/{group}/offsets/{topic}"
+    zk.create(f"{base}/0", b"3", makepath=True)
+    zk.create(f"{base}/1", b"3")
+    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store = services.store_get_or_create(name=unique_name("s"), kind="zookeeper",
+                                         url=f"zk://{stack.zookeeper_hosts}{chroot}", cluster=cluster)
+    seen = []
+    for i in range(3):  # partition 1 advances, partition 0 lags further behind at every poll
+        time.sleep(1.2)
+        zk.set(f"{base}/1", str(4 + i).encode())
+        assert collect_once().errors == []
+        seen.append(list(StoreProblem.objects.filter(store=store).values_list("occurrences", "last_seen_at")))
+    [problem] = StoreProblem.objects.filter(store=store)
+    assert problem.problem.startswith("torn write: partitions 0 behind the others (1)")
+    assert problem.occurrences == 3 and [len(s) for s in seen] == [1, 1, 1]
+    assert seen[0][0][1] < seen[2][0][1]  # the last-seen time moves on, in its own field
+
+    pipeline = Pipeline.objects.get(store=store, topic=topic, group=group)
+    client.force_login(person("carol", VIEWER))
+    html = client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
+    assert html.count("torn write: partitions 0 behind") == 1 and '<td class="num">3</td>' in html
