@@ -64,29 +64,28 @@ def cycle_fan_out(*, now: datetime, enqueue: Callable[[str, bool], None]) -> Fan
     return result
 
 
-
 def cluster_stores_wait(cluster_id: int, bound_s: float | None = None, step_s: float = 0.05) -> list[str]:
     """Wait until none of the cluster's enabled stores is queued or polling, at most `bound_s`
     (CLUSTER_WAIT_FOR_STORES_S). Stores whose last poll failed are not waited for (their poll is
     a probe or a backed-off attempt; the cadence of the others comes first). Returns the stores
-    still busy when the bound passed (their previous offsets are evaluated; logged). Redis
-    unreachable: no wait (the poll goes on)."""
+    still busy when the bound passed (their previous offsets are evaluated; logged). The
+    database or Redis away: no wait (the poll goes on and records its own failure)."""
     bound_s = settings.CLUSTER_WAIT_FOR_STORES_S if bound_s is None else bound_s
-    stores = [f"store:{pk}" for pk in Store.objects.filter(cluster_id=cluster_id, enabled=True)
-              .order_by("pk").values_list("pk", flat=True)]
-    failing = set(SourceHealth.objects.filter(source__in=stores, consecutive_failures__gt=0)
-                  .values_list("source", flat=True))
-    stores = [s for s in stores if s not in failing]
-    if not stores or bound_s <= 0:
+    if bound_s <= 0:
         return []
     deadline = time.monotonic() + bound_s
     try:
-        client = locks.redis_client()
-        busy = locks.sources_busy(client, stores)
+        stores = [f"store:{pk}" for pk in Store.objects.filter(cluster_id=cluster_id, enabled=True)
+                  .order_by("pk").values_list("pk", flat=True)]
+        failing = set(SourceHealth.objects.filter(source__in=stores, consecutive_failures__gt=0)
+                      .values_list("source", flat=True))
+        busy = [s for s in stores if s not in failing]
+        client = locks.redis_client() if busy else None
+        busy = locks.sources_busy(client, busy) if busy else []
         while busy and time.monotonic() < deadline:
             time.sleep(step_s)
             busy = locks.sources_busy(client, busy)
-    except Exception as exc:  # redis.RedisError and its kin: the poll must not depend on it
+    except Exception as exc:  # DatabaseError, RedisError and their kin: the poll must not depend on them
         log.warning("cluster:%s: stores' polls not awaited (%s)", cluster_id, exc)
         return []
     if busy:

@@ -330,3 +330,17 @@ def test_a_slow_store_holds_the_cluster_poll_for_the_bound_only(stack, empty_que
     (first, first_at), (second, second_at) = events
     assert (first, second) == ("watermarks read", "store read")
     assert 0.5 <= first_at - sent < 3.0  # waited the bound, not the store's 4 s
+
+
+@pytest.mark.django_db
+def test_the_wait_for_the_stores_never_depends_on_redis(unique_name, tmp_path, settings):
+    """Redis away (the broker too): the cluster's poll goes on at once and records what it finds."""
+    from collectors import fanout
+    from dashboard import services
+
+    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers="127.0.0.1:1")
+    file_store(unique_name, cluster, tmp_path / "a")
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    started = time.monotonic()
+    assert fanout.cluster_stores_wait(cluster.pk, bound_s=5.0) == []
+    assert time.monotonic() - started < 2.0
