@@ -6,6 +6,12 @@ NX). A failing source is sent every cycle, but between its backed-off full attem
 (collector_health.full_attempt_due) as a probe with the short POLL_PROBE_TIMEOUT_S, so one
 unreachable source neither fills the queue nor holds worker processes for whole timeouts: the
 others keep their cadence, and the source is seen back within one interval.
+
+Order within a cycle (issue #13): the stores are sent before the clusters, and a cluster's poll
+first waits, at most CLUSTER_WAIT_FOR_STORES_S, until none of its stores is queued or polling
+(cluster_stores_wait), so it evaluates on the offsets this cycle's store polls wrote, not on the
+previous cycle's. The wait reads the same Redis marks that keep one poll per source: nothing new
+to keep consistent, and a store that fails or hangs holds the cluster's poll for the bound only.
 """
 from __future__ import annotations
 
@@ -14,8 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import time
+
+from django.conf import settings
+
 from collectors import locks
 from dashboard import collector_health, services
+from dashboard.models import SourceHealth, Store
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +45,9 @@ def cycle_fan_out(*, now: datetime, enqueue: Callable[[str, bool], None]) -> Fan
     full, probe = collector_health.sources_due(now=now)
     result = FanOut()
     client = locks.redis_client()
-    for source in full + probe:
+    # Stores first, probes included: a cluster's poll waits for its stores (cluster_stores_wait),
+    # so on a single worker they must be ahead of it in the queue.
+    for source in sorted(full + probe, key=lambda s: not s.startswith("store:")):
         if not locks.queued_mark(client, source):
             result.busy.append(source)
             continue
@@ -50,3 +63,32 @@ def cycle_fan_out(*, now: datetime, enqueue: Callable[[str, bool], None]) -> Fan
                  ", ".join(result.probed))
     return result
 
+
+def cluster_stores_wait(cluster_id: int, bound_s: float | None = None, step_s: float = 0.05) -> list[str]:
+    """Wait until none of the cluster's enabled stores is queued or polling, at most `bound_s`
+    (CLUSTER_WAIT_FOR_STORES_S). Stores whose last poll failed are not waited for (their poll is
+    a probe or a backed-off attempt; the cadence of the others comes first). Returns the stores
+    still busy when the bound passed (their previous offsets are evaluated; logged). The
+    database or Redis away: no wait (the poll goes on and records its own failure)."""
+    bound_s = settings.CLUSTER_WAIT_FOR_STORES_S if bound_s is None else bound_s
+    if bound_s <= 0:
+        return []
+    deadline = time.monotonic() + bound_s
+    try:
+        stores = [f"store:{pk}" for pk in Store.objects.filter(cluster_id=cluster_id, enabled=True)
+                  .order_by("pk").values_list("pk", flat=True)]
+        failing = set(SourceHealth.objects.filter(source__in=stores, consecutive_failures__gt=0)
+                      .values_list("source", flat=True))
+        busy = [s for s in stores if s not in failing]
+        client = locks.redis_client() if busy else None
+        busy = locks.sources_busy(client, busy) if busy else []
+        while busy and time.monotonic() < deadline:
+            time.sleep(step_s)
+            busy = locks.sources_busy(client, busy)
+    except Exception as exc:  # DatabaseError, RedisError and their kin: the poll must not depend on them
+        log.warning("cluster:%s: stores' polls not awaited (%s)", cluster_id, exc)
+        return []
+    if busy:
+        log.info("cluster:%s: evaluated without waiting longer for %s (still polling after %.1f s)",
+                 cluster_id, ", ".join(busy), bound_s)
+    return busy

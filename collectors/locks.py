@@ -106,6 +106,16 @@ def queued_mark(client: redis.Redis, source: str) -> bool:
     return bool(client.set(f"{QUEUED_PREFIX}{source}", "1", nx=True, ex=max(1, round(settings.POLL_QUEUED_TTL_S))))
 
 
+def sources_busy(client: redis.Redis, sources: list[str]) -> list[str]:
+    """The sources among `sources` that are queued or whose poll runs (two keys each, one round trip)."""
+    if not sources:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for source in sources:
+        pipe.exists(f"{QUEUED_PREFIX}{source}", f"{POLL_LOCK_PREFIX}{source}")
+    return [source for source, found in zip(sources, pipe.execute()) if found]
+
+
 def queued_clear(source: str, client: redis.Redis | None = None) -> None:
     """The poll of `source` started (or was never sent): collect_all may enqueue it again."""
     try:

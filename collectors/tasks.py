@@ -51,6 +51,9 @@ def poll_store(store_id: int, probe: bool = False) -> None:
 
 @shared_task(name="collectors.tasks.poll_cluster", ignore_result=True, soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
 def poll_cluster(cluster_id: int, probe: bool = False) -> None:
+    # After this cycle's store polls (bounded): their offsets, not the previous cycle's (#13).
+    # Waited before taking the lock: the queued mark stays, so the cluster is not sent twice.
+    fanout.cluster_stores_wait(cluster_id)
     _poll_alone(f"cluster:{cluster_id}", cycle.poll_cluster, cluster_id, probe)
 
 

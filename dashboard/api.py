@@ -222,7 +222,7 @@ def _ms_iso(ms: int | None) -> str | None:
 
 
 _PARTITION_FIELDS = ("partition", "committed", "low", "high", "lag", "state", "messages_lost", "lag_seconds",
-                     "lag_method", "retention_margin", "retention_seconds_left")
+                     "lag_method", "retention_margin", "retention_seconds_left", "lag_absent")
 
 
 def _partition_json(row: dict) -> dict:

@@ -513,7 +513,8 @@ def overview_rows(
     return list(rows.values(
         "pk", "topic", "group", "last_batch_ms", store_name=F("store__name"), status=F("evaluation__status"),
         reasons=F("evaluation__reasons"), total_lag=F("evaluation__total_lag"),
-        lag_seconds=F("evaluation__lag_seconds"), retention_seconds_left=F("evaluation__retention_seconds_left"),
+        lag_seconds=F("evaluation__lag_seconds"), lag_seconds_method=F("evaluation__lag_seconds_method"),
+        retention_seconds_left=F("evaluation__retention_seconds_left"),
         sparkline_svg=F("evaluation__sparkline_svg"), sparkline_max=F("evaluation__sparkline_max"), worst_partition=F("evaluation__worst_partition"),
         worst_partition_lag=F("evaluation__worst_partition_lag"),
     ))
@@ -600,9 +601,14 @@ def pipelines_metrics() -> list[PipelineMetrics]:
     return out
 
 
-def newest_batches(*, pipeline_ids: list[int]) -> dict[int, tuple[int, dict[str, int]]]:
-    """Each pipeline's newest batch (time, offsets), in one query (an indexed subquery each)."""
+def newest_batches(
+    *, pipeline_ids: list[int], committed_only: bool = False,
+) -> dict[int, tuple[int, dict[str, int]]]:
+    """Each pipeline's newest batch (time, offsets), in one query (an indexed subquery each).
+    `committed_only`: skip planned checkpoint batches (offsets/N without commits/N)."""
     newest = Batch.objects.filter(pipeline=OuterRef("pk")).order_by("-batch_time_ms")
+    if committed_only:
+        newest = newest.filter(committed=True)
     rows = Pipeline.objects.filter(pk__in=pipeline_ids).annotate(
         newest_ms=Subquery(newest.values("batch_time_ms")[:1]),
         newest_offsets=Subquery(newest.values("offsets")[:1], output_field=JSONField()),
@@ -611,7 +617,7 @@ def newest_batches(*, pipeline_ids: list[int]) -> dict[int, tuple[int, dict[str,
 
 
 class Committed(NamedTuple):
-    """A pipeline's newest stored batch: its time and offsets, read together (a sample that took
+    """A pipeline's newest committed batch: its time and offsets, read together (a sample that took
     the offsets from one read and the batch time from another could see batches "come" while
     the offsets stood still: a false STALLED)."""
 
@@ -620,9 +626,11 @@ class Committed(NamedTuple):
 
 
 def committed_offsets(*, pipeline_ids: list[int]) -> dict[int, Committed]:
-    """Each pipeline's newest stored batch: pipeline id -> (batch time, partition -> offset)."""
+    """Each pipeline's newest COMMITTED batch: pipeline id -> (batch time, partition -> offset).
+    A checkpoint's planned batch (offsets/N, no commits/N yet) is not where the query stands: a
+    restart re-runs it from the batch before, so lag and state come from that one (issue #13)."""
     return {pk: Committed(ms, {int(p): o for p, o in offsets.items()})
-            for pk, (ms, offsets) in newest_batches(pipeline_ids=pipeline_ids).items()}
+            for pk, (ms, offsets) in newest_batches(pipeline_ids=pipeline_ids, committed_only=True).items()}
 
 
 def cluster_committed(*, cluster: Cluster, topics: list[str]) -> tuple[dict[int, str], dict[int, Committed]]:

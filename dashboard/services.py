@@ -198,7 +198,10 @@ def _samples_new(
     pipeline: Pipeline, batches: list[BatchOffsets], last_ms: int | None, previous: dict[str, int] | None,
     now_ms: int, horizon_ms: int, problems: list[RowProblem], *, store_name: str, keep_from_ms: int | None = None,
 ) -> list[Batch]:
-    """The current state of a store without history, as a sample if it moved. A state dated
+    """The current state of a store without history, as a sample if it moved or was written
+    again (issue #13: a writer re-writing unchanged offsets, its time moving, is a batch written
+    while no offset moved: the stall rule needs it, else a stall reads as a stop). A state whose
+    time is only when it was read (`time_observed`) is a sample only when it moved. A state dated
     beyond the horizon, or older than the newest sample while its offsets changed (the writer's
     clock stepped), is recorded at the collector's clock with a named problem: its offsets are
     real and would be lost otherwise, and its time must not become the pipeline's position."""
@@ -206,6 +209,9 @@ def _samples_new(
     for batch in batches:
         offsets = _as_json_offsets(batch)
         at_ms = batch.batch_time_ms
+        # The store dated this state itself (a znode's mtime, a file's batch time) and it is
+        # newer than the newest recorded: it was written again, even with the same offsets.
+        rewritten = not batch.time_observed and (last_ms is None or at_ms > last_ms) and at_ms <= horizon_ms
         where = f"{pipeline.topic} / {pipeline.group}"
         if at_ms > horizon_ms:
             problems.append(RowProblem(store_name, where, f"batch time {_ms_text(at_ms)} is more than "
@@ -219,7 +225,7 @@ def _samples_new(
                                        "offsets changed (the writer's clock went back?): recorded at the collector's "
                                        "read time"))
             at_ms = max(now_ms, last_ms + 1)
-        if offsets == previous and (keep_from_ms is None or at_ms < keep_from_ms):
+        if offsets == previous and not rewritten and (keep_from_ms is None or at_ms < keep_from_ms):
             continue  # sampled again and had not moved
         rows.append(Batch(pipeline=pipeline, batch_time_ms=at_ms, offsets=offsets,
                           records=_records_between(previous, offsets), batch_id=batch.batch_id,
@@ -452,8 +458,15 @@ def _pipeline_evaluation(
     for e in partitions:
         row = {"partition": e.partition, "committed": e.committed, "low": e.low, "high": e.high, "lag": e.lag,
                "state": e.state.value, "messages_lost": e.messages_lost, "lag_seconds": None,
-               "lag_method": "", "retention_margin": None, "retention_seconds_left": None}
-        if e.committed is not None and e.high is not None:
+               "lag_method": "", "retention_margin": None, "retention_seconds_left": None,
+               "lag_absent": e.lag_absent}
+        if e.lag is None and e.committed is not None and e.high is not None:
+            # Out of range: the state wins; no number derived from a position that does not exist.
+            # Below the low watermark the margin stays: negative, it is the data lost (metrics).
+            time_lags.append((e.partition, None, evaluation.TimeLag(None, e.lag_absent)))
+            if e.state is evaluation.PartitionState.LOW_OUT_OF_RANGE:
+                row["retention_margin"] = e.committed - e.low
+        elif e.committed is not None and e.high is not None:
             # A partition at the high watermark of this cycle (the newest sample) is caught up:
             # rule 1 of lag_seconds, without walking its history.
             record_ms = record_times.get((pipeline.topic, e.partition, e.committed))
@@ -477,10 +490,12 @@ def _pipeline_evaluation(
                     status.reasons.append(risk.describe(e.partition))
         rows.append(row)
     pipeline_time_lag = evaluation.pipeline_lag_seconds(time_lags)
+    # No partition with a lag number (all out of range or unknown): no total either, not 0.
+    total = evaluation.total_lag(partitions) if any(e.lag is not None for e in partitions) else None
     worst = max((e for e in partitions if e.lag is not None and e.lag > 0), key=lambda e: e.lag, default=None)
     return PipelineEvaluation(
         pipeline=pipeline, evaluated_at=now, status=int(status.status), reasons=status.reasons, partitions=rows,
-        total_lag=evaluation.total_lag(partitions), lag_seconds=pipeline_time_lag.seconds,
+        total_lag=total, lag_seconds=pipeline_time_lag.seconds,
         lag_seconds_method=pipeline_time_lag.method[:100],
         batch_interval_s=interval, retention_seconds_left=soonest_loss,
         worst_partition=worst.partition if worst else None, worst_partition_lag=worst.lag if worst else None,

@@ -491,3 +491,9 @@ FILE_STORE_ROOTS = file_roots_from_setting(env_str("OFFSETWATCH_FILE_STORE_ROOTS
 # Input validation (issue #12): every error under /api/ is JSON, whoever made it (Django's 404 or
 # 413, a middleware's 403 or 429, handler500): outermost, so it sees every answer.
 MIDDLEWARE.insert(0, "dashboard.api_errors.ApiJsonErrorsMiddleware")
+# Issue #13 (numbers right on real platforms): a cluster's poll waits, at most this many
+# seconds, until its stores' polls of the cycle (queued or running) are done, so it evaluates on
+# the offsets they just wrote; a store slower than this is evaluated on its previous offsets and
+# does not hold the cluster's poll longer (a quarter interval at most: the cadence is kept).
+CLUSTER_WAIT_FOR_STORES_S = env_float("OFFSETWATCH_CLUSTER_WAIT_FOR_STORES",
+                                      min(2.0, POLL_INTERVAL_S / 4, IO_TIMEOUT_S))

@@ -65,6 +65,22 @@ class PartitionEvaluation(NamedTuple):
             return f"partition {p}: {self.lag:,} messages behind"
         return f"partition {p}: caught up"
 
+    @property
+    def lag_absent(self) -> str | None:
+        """Why the partition has no lag number (None when it has one). An out-of-range
+        position does not exist: it is neither behind nor caught up, so no number derived from
+        it (lag, lag in seconds, retention margin) is shown, only this."""
+        if self.state is PartitionState.HIGH_OUT_OF_RANGE:
+            return f"out of range: committed {self.committed} above the high watermark {self.high}"
+        if self.state is PartitionState.LOW_OUT_OF_RANGE:
+            return (f"out of range: committed {self.committed} below the low watermark {self.low} "
+                    f"({self.messages_lost} messages deleted before being read)")
+        if self.state is PartitionState.MISSING_IN_STORE:
+            return "no stored offset for this partition"
+        if self.state is PartitionState.UNKNOWN_PARTITION:
+            return "the topic has no such partition"
+        return None
+
 
 _MISSING, _UNKNOWN, _LOW, _HIGH = (PartitionState.MISSING_IN_STORE, PartitionState.UNKNOWN_PARTITION,
                                    PartitionState.LOW_OUT_OF_RANGE, PartitionState.HIGH_OUT_OF_RANGE)
@@ -78,9 +94,10 @@ def evaluate_partition(partition: int, committed: int | None, low: int | None, h
     """Rules:
     1. no stored offset for a partition of the topic -> missing in store (lag unknown);
     2. a stored partition the topic does not have -> unknown partition;
-    3. committed < low -> low out-of-range, messages lost = low - committed, lag = high - committed;
-    4. committed > high -> high out-of-range (lag reported as high - committed, negative);
+    3. committed < low -> low out-of-range, messages lost = low - committed, no lag;
+    4. committed > high -> high out-of-range, no lag (the position does not exist);
     5. high > committed -> lagging; 6. otherwise ok (lag 0).
+    Out of range, the state wins: no lag (`lag_absent` says why), never a negative or zero one.
     """
     if committed is None:
         return PartitionEvaluation(partition, None, low, high, None, _MISSING)
@@ -88,9 +105,9 @@ def evaluate_partition(partition: int, committed: int | None, low: int | None, h
         return PartitionEvaluation(partition, committed, None, None, None, _UNKNOWN)
     lag = high - committed
     if committed < low:
-        return PartitionEvaluation(partition, committed, low, high, lag, _LOW, low - committed)
+        return PartitionEvaluation(partition, committed, low, high, None, _LOW, low - committed)
     if lag < 0:
-        return PartitionEvaluation(partition, committed, low, high, lag, _HIGH)
+        return PartitionEvaluation(partition, committed, low, high, None, _HIGH)
     return PartitionEvaluation(partition, committed, low, high, lag, _LAGGING if lag else _OK)
 
 
@@ -328,12 +345,17 @@ def lag_seconds_from_record(record_ms: int, now_s: float) -> TimeLag:
 
 def pipeline_lag_seconds(partitions: Sequence[tuple[int, int | None, TimeLag]]) -> TimeLag:
     """A pipeline's lag in seconds from its partitions' (partition, lag, time lag). Rules:
+    0. a partition out of range (its time lag is None with a method starting "out of range")
+       makes the pipeline's absent: no number, and it names the partition;
     1. a lagging partition (lag > 0) whose time lag is unknown makes the pipeline's unknown:
        the worst partition could be any age, so no number (and never 0) is shown;
     2. otherwise the largest known time lag, with its method;
     3. no partition with a known time lag: unknown, with the first partition's reason.
     """
     worst: TimeLag | None = None
+    for partition, _, tl in partitions:
+        if tl.seconds is None and tl.method.startswith("out of range"):
+            return TimeLag(None, f"none: partition {partition} is out of range")
     for partition, lag, tl in partitions:
         if tl.seconds is None and lag:
             return TimeLag(None, f"unknown: partition {partition} is {lag:,} behind with no estimate yet")

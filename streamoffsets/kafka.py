@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import time
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaException, TopicPartition
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from streamoffsets.errors import OffsetStoreError, StoreUnreachable
@@ -36,6 +36,9 @@ class KafkaWatermarkReader:
         self.timeout_s = timeout_s
         self.chunk_size = chunk_size
         self.name = mask_url(f"kafka://{bootstrap_servers}")  # in every error: never a credential
+        # The cluster's client configuration (security.protocol, sasl.*, ssl.*): every client this
+        # reader builds uses it, the record-timestamp consumer as well as the admin client.
+        self.config = dict(config or {})
         conf = {
             "bootstrap.servers": self.bootstrap,
             "socket.timeout.ms": int(timeout_s * 1000),
@@ -109,6 +112,11 @@ class KafkaWatermarkReader:
         """
         if not positions:
             return {}
+        errors: list[KafkaError] = []  # the client's connection errors (a wrong protocol, auth)
+
+        def on_error(err: KafkaError) -> None:
+            errors.append(err)
+
         consumer = Consumer({
             "bootstrap.servers": self.bootstrap,
             "group.id": "offset-watch-record-timestamps",  # required by the client; never joined
@@ -118,6 +126,8 @@ class KafkaWatermarkReader:
             "max.partition.fetch.bytes": 4096,  # a batch larger than this still comes whole
             "fetch.wait.max.ms": 50,
             "reconnect.backoff.max.ms": 1000,
+            **self.config,
+            "error_cb": on_error,
         })
         found: dict[tuple[str, int], int] = {}
         try:
@@ -138,6 +148,14 @@ class KafkaWatermarkReader:
                         found[key] = -1  # not the record asked for (compacted) or no timestamp: give up on it
                     # One record per partition is all we need: stop fetching it.
                     consumer.pause([TopicPartition(*key)])
+            if not found:
+                # Nothing read at all: can this client reach the brokers? A wrong protocol or
+                # failed authentication fails here as the watermark read does, instead of
+                # passing for "no records" (a TLS handshake with a plaintext listener may take
+                # longer than the read to fail: the metadata request's timeout bounds it).
+                if errors:
+                    raise KafkaException(errors[-1])
+                consumer.list_topics(timeout=min(self.timeout_s, 2.0))  # all topics: never creates one
         except KafkaException as exc:
             raise StoreUnreachable(self.name, "Fetch", f"cannot read records for their timestamps: {exc}") from exc
         finally:

@@ -148,7 +148,9 @@ class KafkaGroupOffsetStore(StoreBase):
                     batch_times.append(int(json.loads(tp.metadata)["batch_time_ms"]))
                 except (ValueError, KeyError, TypeError):
                     pass  # metadata written by another tool: not ours to interpret
-        return BatchOffsets(topic, group, max(batch_times) if batch_times else observed_ms, offsets)
+        if batch_times:
+            return BatchOffsets(topic, group, max(batch_times), offsets)
+        return BatchOffsets(topic, group, observed_ms, offsets, time_observed=True)
 
     def load_latest(self, topic: str, group: str) -> BatchOffsets | None:
         observed_ms = int(time.time() * 1000)

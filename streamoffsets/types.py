@@ -27,6 +27,9 @@ class BatchOffsets:
 
     `batch_id` is set by stores that number batches (Spark checkpoints). `committed` is False
     for a checkpoint batch that was planned (offsets/N written) but not committed (no commits/N).
+    `time_observed` is True when the store holds no write time and `batch_time_ms` is when the
+    reader looked (a Kafka group committed without our metadata): a later reading with the same
+    offsets is then no sign that anything was written.
     """
 
     topic: str
@@ -35,6 +38,7 @@ class BatchOffsets:
     offsets: dict[int, int] = field(default_factory=dict)
     batch_id: int | None = None
     committed: bool = True
+    time_observed: bool = field(default=False, compare=False)
 
     @property
     def key(self) -> PipelineKey:

@@ -21,9 +21,10 @@ already output when it was written, so a job restarting from a torn state re-rea
 lagging partitions from their older offsets (duplicates), never skipping anything (loss).
 Readers report it rather than hide it: when the partition nodes' mtimes are more than
 `torn_after_ms` apart, `history()` adds a RowProblem keyed by the topic node naming the
-lagging partitions and when each side was written, and still returns the batch (whose time is
-the newest mtime). An idle partition of a per-partition writer shows up the same way; the
-problem is a warning for the dashboard, not an error.
+lagging partitions (not the times: the same text at every poll keeps it one problem with a
+count), and still returns the batch (whose time is the newest mtime). An idle partition of a
+per-partition writer shows up the same way; the problem is a warning for the dashboard, not an
+error.
 
 No history: ZooKeeper keeps only the current offsets, so `history()` returns at most the
 current state as one batch; the collectors' samples are the history.
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -88,10 +88,6 @@ def check_name(what: str, name: str) -> str:
 
 def topic_path(topic: str, group: str) -> str:
     return f"/consumers/{check_name('group', group)}/offsets/{check_name('topic', topic)}"
-
-
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _partitions(parts: list[int]) -> str:
@@ -305,7 +301,10 @@ class ZooKeeperOffsetStore(StoreBase):
         return BatchOffsets(topic, group, max(mtimes.values()), offsets)
 
     def torn_problem(self, topic: str, group: str, mtimes: dict[int, int]) -> RowProblem | None:
-        """A warning when the partition nodes were written more than torn_after_ms apart."""
+        """A warning when the partition nodes were written more than torn_after_ms apart. Its
+        text names the partitions only, never the times: it recurs at every poll while the state
+        lasts and must stay one problem with a count (the dashboard keeps when it was last seen;
+        the nodes' times are in ZooKeeper)."""
         if not mtimes:
             return None
         newest = max(mtimes.values())
@@ -313,14 +312,12 @@ class ZooKeeperOffsetStore(StoreBase):
         if not lagging:
             return None
         current = [p for p in mtimes if p not in lagging]
-        oldest = min(mtimes[p] for p in lagging)
         return RowProblem(
             self.name,
             topic_path(topic, group),
-            f"torn write: partitions {_partitions(lagging)} last written at {_iso(oldest)}"
-            + (f" .. {_iso(max(mtimes[p] for p in lagging))}" if len(set(mtimes[p] for p in lagging)) > 1 else "")
-            + f", others ({_partitions(current)}) at {_iso(newest)} ({(newest - oldest) / 1000:.1f} s later); "
-            "a restart re-reads the lagging partitions (duplicates, not loss)",
+            f"torn write: partitions {_partitions(lagging)} behind the others ({_partitions(current)}), written "
+            f"more than {self.torn_after_ms / 1000:g} s before them; a restart re-reads the lagging partitions "
+            "(duplicates, not loss)",
         )
 
     def history(

@@ -272,3 +272,75 @@ def test_a_poll_cut_by_the_workers_time_limit_names_the_collector(stack, unique_
     assert health.last_error.startswith("the poll was cut by the worker's time limit after 1 s")
     assert health.last_error_by == "collector"
     assert "SoftTimeLimitExceeded" not in health.last_error
+
+
+# --- the cluster poll evaluates after the cycle's store polls (issue #13) ---
+
+def _timed_reads(monkeypatch, store_delay_s: float) -> list[tuple[str, float]]:
+    """Note when each store read ends and each watermark read starts; the store read is made
+    slow (`store_delay_s`) at the reader seam, as a store with many pipelines is."""
+    from collectors import cycle
+
+    events: list[tuple[str, float]] = []
+    read_store, read_watermarks = cycle.read_store, cycle.read_watermarks
+
+    def slow_store(*args, **kwargs):
+        time.sleep(store_delay_s)
+        try:
+            return read_store(*args, **kwargs)
+        finally:
+            events.append(("store read", time.monotonic()))
+
+    def watermarks(*args, **kwargs):
+        events.append(("watermarks read", time.monotonic()))
+        return read_watermarks(*args, **kwargs)
+
+    monkeypatch.setattr(cycle, "read_store", slow_store)
+    monkeypatch.setattr(cycle, "read_watermarks", watermarks)
+    return events
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_cluster_poll_evaluates_after_the_cycles_store_polls(stack, empty_queues, unique_name, monkeypatch):
+    """Two worker threads take the store's and the cluster's polls at the same instant: the
+    cluster's reads the watermarks only once the store's poll wrote this cycle's offsets."""
+    s = hbase_store_setup(stack, unique_name, partitions=2, records=6)
+    save(s, "g", 1_700_000_000_000, {0: 1, 1: 2})
+    events = _timed_reads(monkeypatch, store_delay_s=1.0)
+    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=10):
+        tasks.collect_all()
+        assert wait_for(lambda: LagSample.objects.filter(pipeline__store=s.store).exists(), timeout_s=15)
+    assert [e for e, _ in events] == ["store read", "watermarks read"]
+    # The first cycle's sample already has the store's offsets (it was sampled after them).
+    sample = LagSample.objects.get(pipeline__store=s.store)
+    assert sample.total_lag == (3 - 1) + (3 - 2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slow_store_holds_the_cluster_poll_for_the_bound_only(stack, empty_queues, unique_name, monkeypatch,
+                                                                settings):
+    settings.CLUSTER_WAIT_FOR_STORES_S = 0.5
+    s = hbase_store_setup(stack, unique_name, partitions=1, records=3)
+    save(s, "g", 1_700_000_000_000, {0: 1})
+    events = _timed_reads(monkeypatch, store_delay_s=4.0)
+    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=10):
+        sent = time.monotonic()
+        tasks.collect_all()
+        assert wait_for(lambda: SourceHealth.objects.filter(source=f"store:{s.store.pk}").exists(), timeout_s=15)
+    (first, first_at), (second, second_at) = events
+    assert (first, second) == ("watermarks read", "store read")
+    assert 0.5 <= first_at - sent < 3.0  # waited the bound, not the store's 4 s
+
+
+@pytest.mark.django_db
+def test_the_wait_for_the_stores_never_depends_on_redis(unique_name, tmp_path, settings):
+    """Redis away (the broker too): the cluster's poll goes on at once and records what it finds."""
+    from collectors import fanout
+    from dashboard import services
+
+    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers="127.0.0.1:1")
+    file_store(unique_name, cluster, tmp_path / "a")
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    started = time.monotonic()
+    assert fanout.cluster_stores_wait(cluster.pk, bound_s=5.0) == []
+    assert time.monotonic() - started < 2.0

@@ -23,9 +23,9 @@ PARTITION_CASES = [
     # (committed, low, high) -> (state, lag, messages_lost)
     (5, 0, 5, PS.OK, 0, 0),  # 1. caught up
     (3, 0, 5, PS.LAGGING, 2, 0),  # 2. behind by high - committed
-    (2, 4, 9, PS.LOW_OUT_OF_RANGE, 7, 2),  # 3. below low: 2 messages deleted unread
+    (2, 4, 9, PS.LOW_OUT_OF_RANGE, None, 2),  # 3. below low: 2 messages deleted unread; no lag
     (4, 4, 9, PS.LAGGING, 5, 0),  # 4. exactly at low is still readable
-    (12, 0, 9, PS.HIGH_OUT_OF_RANGE, -3, 0),  # 5. beyond high: position does not exist
+    (12, 0, 9, PS.HIGH_OUT_OF_RANGE, None, 0),  # 5. beyond high: position does not exist; no lag
     (None, 0, 9, PS.MISSING_IN_STORE, None, 0),  # 6. partition without stored offset
     (7, None, None, PS.UNKNOWN_PARTITION, None, 0),  # 7. stored partition the topic lacks
 ]
@@ -37,6 +37,14 @@ def test_partition_states(committed, low, high, state, lag, lost):
     e = evaluate_partition(0, committed, low, high)
     assert (e.state, e.lag, e.messages_lost) == (state, lag, lost)
     assert e.describe().startswith("partition 0")
+    # Whenever there is no lag number, lag_absent says why; never both.
+    assert (e.lag is None) == (e.lag_absent is not None)
+
+
+def test_out_of_range_says_why_it_has_no_lag():
+    assert evaluate_partition(0, 1000, 0, 201).lag_absent == "out of range: committed 1000 above the high watermark 201"
+    assert evaluate_partition(0, 5, 100, 201).lag_absent == (
+        "out of range: committed 5 below the low watermark 100 (95 messages deleted before being read)")
 
 
 def test_low_out_of_range_is_described_with_messages_lost():
@@ -223,6 +231,9 @@ PIPELINE_LAG_SECONDS_CASES = [
     ([(0, None, _TL(None, "unknown: no production rate to extrapolate from"))], None, "unknown: no production rate"),
     # 6. no partitions
     ([], None, "unknown: no partitions"),
+    # 7. (rule 0) a partition out of range: no number even beside known ones, and it names the partition
+    ([(0, 0, _TL(0.0, "caught up")), (1, None, _TL(None, "out of range: committed 1000 above the high watermark 201"))],
+     None, "none: partition 1 is out of range"),
 ]
 
 

@@ -348,8 +348,9 @@ def test_a_claim_never_applied_fails_after_the_timeout(payments, actors, setting
 
 
 def test_a_store_without_history_keeps_the_sample_that_verifies_even_if_unchanged(unique_name, actors):
-    """Offsets files, ZooKeeper and Kafka groups are sampled: a sample equal to the previous one is
-    dropped, except the first after an applied rewind's marker (the replay ended where it was)."""
+    """Offsets files, ZooKeeper and Kafka groups are sampled: a sample equal to the previous one and
+    not written since is dropped, except the first after an applied rewind's marker (the replay
+    ended where it was)."""
     from dashboard.models import Store
 
     p = offline_pipeline(unique_name, partitions={0: (0, 100)}, batches=[(T0, {0: 10}), (T0 + 10_000, {0: 50})])
@@ -368,7 +369,13 @@ def test_a_store_without_history_keeps_the_sample_that_verifies_even_if_unchange
     rewinds_verify(pipeline_ids=[p.pk])
     r.refresh_from_db()
     assert r.status == "verified"
-    # Once verified, an unchanged sample is dropped again.
+    # Once verified, an unchanged sample is dropped again: read again with its time, or with
+    # only the time it was read at (a store that keeps no write time; a newer write time with
+    # the same offsets is a batch written again, issue #13).
+    count = p.batches.count()
     services.store_reading_record(store=p.store, reading=StoreReading(
-        pipelines=[key], keeps_history=False, batches={key: [BatchOffsets(p.topic, p.group, T0 + 40_000, {0: 50})]}))
-    assert not p.batches.filter(batch_time_ms=T0 + 40_000).exists()
+        pipelines=[key], keeps_history=False, batches={key: [BatchOffsets(p.topic, p.group, T0 + 30_000, {0: 50})]}))
+    services.store_reading_record(store=p.store, reading=StoreReading(
+        pipelines=[key], keeps_history=False,
+        batches={key: [BatchOffsets(p.topic, p.group, T0 + 40_000, {0: 50}, time_observed=True)]}))
+    assert not p.batches.filter(batch_time_ms=T0 + 40_000).exists() and p.batches.count() == count

@@ -128,7 +128,7 @@ def test_torn_state_from_a_per_partition_writer_is_a_warning(store, raw, chroot)
     assert page.batches == [latest]
     [problem] = page.problems
     assert problem.store == store.name and problem.key == "/consumers/billing/offsets/orders"
-    assert problem.problem.startswith("torn write: partitions 0 last written at ")
+    assert problem.problem.startswith("torn write: partitions 0 behind the others (1, 2), written more than ")
     assert "others (1, 2)" in problem.problem
     # Our own save writes every node in one transaction: the torn state is gone.
     store.save_batch(BatchOffsets("orders", "billing", 2, {0: 101, 1: 201, 2: 301}))

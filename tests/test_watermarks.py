@@ -44,3 +44,25 @@ def test_chunked_requests_return_every_partition(stack, unique_name):
     assert sum(len(parts) for parts in result.by_topic.values()) == 12
     assert result.by_topic[topics[1]] == {p: Watermarks(p, 0, 2) for p in range(4)}
     assert result.by_topic[topics[0]][3] == Watermarks(3, 0, 0)
+
+
+@pytest.mark.parametrize("config", [
+    {"security.protocol": "ssl"},  # a TLS client against a plaintext broker
+    {"security.protocol": "sasl_plaintext", "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "u",
+     "sasl.password": "p"},  # SASL the broker does not offer
+])
+def test_record_timestamps_are_read_with_the_clusters_client_config(stack, unique_name, config):
+    """Issue #13: the record-timestamp consumer was built without the cluster's configuration, so
+    on a SASL/TLS cluster it could not connect while the watermarks could (and here, against a
+    plaintext Tansu, it read what the configured clients cannot)."""
+    topic = unique_name("orders")
+    ensure_topic(stack.kafka_bootstrap, topic, 1)
+    produce(stack.kafka_bootstrap, topic, 1, 5)
+    plain = KafkaWatermarkReader(stack.kafka_bootstrap, timeout_s=2, config={"client.id": "offset-watch-test"})
+    assert set(plain.record_timestamps({(topic, 0): 1})) == {(topic, 0)}  # a harmless config still reads
+
+    configured = KafkaWatermarkReader(stack.kafka_bootstrap, timeout_s=2, config=config)
+    with pytest.raises(StoreUnreachable, match="metadata"):
+        configured.watermarks([topic])
+    with pytest.raises(StoreUnreachable, match="cannot read records for their timestamps"):
+        configured.record_timestamps({(topic, 0): 1})
