@@ -221,8 +221,10 @@ def test_production_settings_when_safe():
                             "OFFSETWATCH_SECURE_PROXY_SSL_HEADER": "true", "OFFSETWATCH_HSTS_SECONDS": "3600"},
                            "import json; print(json.dumps([settings.SESSION_COOKIE_SECURE, settings.CSRF_COOKIE_SECURE, "
                            "settings.CSRF_TRUSTED_ORIGINS, list(settings.SECURE_PROXY_SSL_HEADER), settings.SECURE_HSTS_SECONDS, "
-                           "settings.MIDDLEWARE[1], settings.LOG_FORMAT]))")
+                           "settings.MIDDLEWARE[settings.MIDDLEWARE.index('django.middleware.security.SecurityMiddleware') + 1], "
+                           "settings.LOG_FORMAT]))")
     assert result.returncode == 0, result.stderr
+    # WhiteNoise right after SecurityMiddleware, as its documentation asks.
     assert json.loads(result.stdout) == [True, True, ["https://offsetwatch.example.com"],
                                          ["HTTP_X_FORWARDED_PROTO", "https"], 3600,
                                          "whitenoise.middleware.WhiteNoiseMiddleware", "json"]
