@@ -1,0 +1,118 @@
+"""Partition-level status rules: one partition stuck while the others of its pipeline move.
+
+The pipeline rules (evaluation.evaluate_status) look at the pipeline as a whole: batches keep
+coming and some offset moves, so it is "consuming normally". That is right for a Spark batch,
+which covers every partition, but a Kafka consumer group, ZooKeeper or file store is written by
+consumers whose partitions live and die separately: one consumer thread stuck on a poison
+message re-writes the same offset (stalled) or stops committing its partitions (stopped) while
+the other threads keep the pipeline's batches coming. These rules find such a partition by
+comparing it with the others of its pipeline, over the same window of samples, and name it.
+
+Pure functions over plain values (no I/O). Every rule is numbered in partition_status's
+docstring; tests/test_partition_rules.py proves each with numbered cases.
+"""
+from __future__ import annotations
+
+from typing import Mapping, NamedTuple, Sequence
+
+from streamoffsets.evaluation import Sample, Status, StatusResult, human_duration
+
+
+class PartitionStatus(NamedTuple):
+    partition: int
+    status: Status  # OK, STALLED or STOPPED
+    reason: str  # "" when OK
+
+
+def _names(partitions: Sequence[int]) -> str:
+    ps = sorted(partitions)
+    return ("partition " if len(ps) == 1 else "partitions ") + ", ".join(map(str, ps))
+
+
+def _intervals(seconds: float, interval_s: float) -> str:
+    n = seconds / interval_s
+    return f"{n:.0f} commit interval{'' if round(n) == 1 else 's'}"
+
+
+def partition_status(
+    window: Sequence[Sample],
+    lags: Mapping[int, int | None],
+    interval_s: float | None,
+    written_ms: Mapping[int, int] | None = None,
+    stall_after_intervals: float = 2.0,
+    stop_after_intervals: float = 3.0,
+) -> list[PartitionStatus]:
+    """Each partition's status against the other partitions of its pipeline. Rules, per
+    partition, the first that fires wins (a partition is never both):
+    1. STOPPED: the store tells when each partition was last written (`written_ms`: ZooKeeper
+       znode mtimes, a Kafka group commit's batch-time metadata), the partition has lag > 0,
+       and the other partitions' newest write is at least `stop_after_intervals` commit
+       intervals after this partition's last write: its consumer stopped committing while
+       the others commit. Both times come from the store's clock (no skew with ours).
+    2. STALLED: the partition has lag > 0 and its committed offset has not changed for at least
+       `stall_after_intervals` commit intervals at the end of the window, while at least one
+       other partition's offset advanced over that same stretch. Where the store cannot tell
+       per-partition write times (`written_ms` None: file store, a Kafka group without our
+       metadata, Spark checkpoints, HBase) this is the only rule, and the reason says that a
+       stopped partition reads as stalled there.
+    3. Not flagged (OK): nothing waits (lag 0 or unknown); the cadence is unknown (fewer than
+       two batches); fewer than two samples; the offset moved within the stretch; or no other
+       partition advanced (then the whole pipeline is stalled or stopped and the pipeline
+       rules say so, once, rather than once per partition).
+    `lags`: each partition's lag now (None when unknown). `interval_s`: the pipeline's commit
+    interval (evaluation.batch_interval_s).
+    """
+    ordered = sorted(window, key=lambda s: s.at_s)
+    if not interval_s or interval_s <= 0 or len(ordered) < 2:
+        return [PartitionStatus(p, Status.OK, "") for p in sorted(lags)]
+    latest = ordered[-1]
+    out = []
+    for p in sorted(lags):
+        lag = lags[p]
+        c = latest.committed.get(p)
+        if not lag or lag <= 0 or c is None:
+            out.append(PartitionStatus(p, Status.OK, ""))
+            continue
+        # Rule 1: no write of this partition while the others kept writing.
+        if written_ms and p in written_ms and len(written_ms) > 1:
+            mine = written_ms[p]
+            others = {q: t for q, t in written_ms.items() if q != p}
+            newest = max(others.values())
+            silent_s = (newest - mine) / 1000
+            if silent_s >= stop_after_intervals * interval_s:
+                writing = [q for q, t in others.items() if t - mine >= stop_after_intervals * interval_s]
+                out.append(PartitionStatus(p, Status.STOPPED, (
+                    f"partition {p} stopped at offset {c:,}: not committed for {human_duration(silent_s)} "
+                    f"({_intervals(silent_s, interval_s)}) while {_names(writing)} kept committing; "
+                    f"{lag:,} messages waiting")))
+                continue
+        # Rule 2: the offset frozen over a stretch in which another partition advanced.
+        start = len(ordered) - 1
+        while start > 0 and ordered[start - 1].committed.get(p) == c:
+            start -= 1
+        frozen = ordered[start]
+        span = latest.at_s - frozen.at_s
+        advanced = [q for q, v in latest.committed.items()
+                    if q != p and q in frozen.committed and v > frozen.committed[q]]
+        if span >= stall_after_intervals * interval_s and advanced:
+            blind = "" if written_ms else (
+                " (this store does not record when each partition was written: a stopped partition reads as stalled)")
+            out.append(PartitionStatus(p, Status.STALLED, (
+                f"partition {p} stalled at offset {c:,} for {human_duration(span)} "
+                f"({_intervals(span, interval_s)}) with {lag:,} messages waiting while {_names(advanced)} "
+                f"advanced{blind}")))
+            continue
+        out.append(PartitionStatus(p, Status.OK, ""))
+    return out
+
+
+def merge_into(result: StatusResult, partitions: Sequence[PartitionStatus]) -> StatusResult:
+    """Rule 4: the pipeline's status is the worst of its own and its partitions'; every flagged
+    partition's reason is listed (after the pipeline's own), and "consuming normally" / "caught
+    up" no longer stand beside them."""
+    flagged = [ps for ps in partitions if ps.status > Status.OK]
+    if not flagged:
+        return result
+    reasons = [r for r in result.reasons if r not in ("consuming normally", "caught up")]
+    reasons.extend(ps.reason for ps in flagged)
+    return StatusResult(max(result.status, *(ps.status for ps in flagged)), reasons)
