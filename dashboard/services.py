@@ -20,7 +20,7 @@ from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
 
 from collectors.readers import StoreReading
-from dashboard import charts, exports, selectors, sparkline, storable
+from dashboard import charts, exports, partition_writes, selectors, sparkline, storable
 from dashboard.audit import audit_append, changed_values
 from dashboard.bulk import copy_insert
 from dashboard.models import (
@@ -42,7 +42,7 @@ from dashboard.models import (
 )
 from dashboard.packing import pack, pack_map, pack_partitions, unpack_map, unpack_watermarks
 from dashboard.params import ChartParams, TimeRange, time_zone
-from streamoffsets import evaluation
+from streamoffsets import evaluation, partition_rules
 from streamoffsets.evaluation import Sample
 from streamoffsets.kafka import WatermarkResult
 from streamoffsets.types import BatchOffsets, PipelineKey, RowProblem
@@ -152,6 +152,11 @@ def store_reading_record(*, store: Store, reading: StoreReading, now_ms: int | N
     Batch.objects.filter(now_committed).update(committed=True)
     _problems_record(store, problems)
     _history_importing_record(store, reading.more)
+    if not reading.keeps_history:
+        # When each partition was last written (stores that say so; None for the others), for
+        # the partition rules of the cluster poll's evaluation. Written now, not on commit: the
+        # times are the store's truth whether or not this transaction's rows land.
+        partition_writes.record({p.pk: with_batches[(p.topic, p.group)][-1].written_ms for p in pipelines})
     if reading.discovered and reading.pipelines:  # a store still empty is listed again next poll
         Store.objects.filter(pk=store.pk).update(discovered_at=timezone.now())
     return len(rows)
@@ -338,6 +343,7 @@ def _pipelines_evaluate(
         marks_at.setdefault(topic, {})[at] = unpack_watermarks(ids, lows, highs)
 
     open_incidents = {i.pipeline_id: i for i in Incident.objects.filter(pipeline__in=pipelines, closed_at=None)}
+    written = partition_writes.read([p.pk for p in pipelines])
     sparklines = dict(PipelineEvaluation.objects.filter(pipeline__in=pipelines).values_list("pipeline", "sparkline"))
     # One job's offsets visible in two stores (same topic and group): compare them.
     twins: dict[tuple[str, str], list[Pipeline]] = {}
@@ -355,7 +361,8 @@ def _pipelines_evaluate(
                 history.setdefault(*oldest[pipeline.topic])
             series = series_of[pipeline.topic] = _topic_series(history)
         evaluated = _pipeline_evaluation(pipeline, committed.get(pipeline.pk, {}), marks,
-                                         recent.get(pipeline.pk, [])[-n:], series, now, record_times)
+                                         recent.get(pipeline.pk, [])[-n:], series, now, record_times,
+                                         written.get(pipeline.pk))
         for twin in twins[(pipeline.topic, pipeline.group)]:
             mine, theirs = committed.get(pipeline.pk, {}), committed.get(twin.pk, {})
             if twin.pk != pipeline.pk and mine and theirs and evaluation.drift(mine, theirs):
@@ -429,8 +436,10 @@ CAUGHT_UP = evaluation.TimeLag(0.0, "caught up")
 def _pipeline_evaluation(
     pipeline: Pipeline, committed: dict[int, int], marks: dict[int, tuple[int, int]], recent: list[WindowSample],
     series: TopicSeries, now: datetime, record_times: dict[tuple[str, int, int], int],
+    written_ms: dict[int, int] | None = None,
 ) -> PipelineEvaluation:
-    """One pipeline's evaluation from data already in memory (no queries)."""
+    """One pipeline's evaluation from data already in memory (no queries). `written_ms`: when
+    each partition was last written, where the store says (dashboard.partition_writes)."""
     window = [
         Sample(s.sampled_at.timestamp(), s.committed, series.highs_at.get(s.sampled_at, {}),
                s.last_batch_ms / 1000 if s.last_batch_ms else None, s.total_lag)
@@ -442,6 +451,12 @@ def _pipeline_evaluation(
         window, partitions, interval, now.timestamp(),
         stop_after_intervals=settings.STOP_AFTER_INTERVALS, min_stale_s=settings.STALE_AFTER_S,
     )
+    # A partition stuck while the others of its pipeline move (partition_rules): its status and
+    # reason on its row, the worst of them on the pipeline (and so on its incident).
+    stuck = {ps.partition: ps for ps in partition_rules.partition_status(
+        window, {e.partition: e.lag if e.state is evaluation.PartitionState.LAGGING else None for e in partitions},
+        interval, written_ms, stop_after_intervals=settings.STOP_AFTER_INTERVALS)}
+    status = partition_rules.merge_into(status, list(stuck.values()))
     highs, lows = series.highs, series.lows
     commits: dict[int, list[tuple[float, int]]] = {}
     for sample in window:
@@ -452,7 +467,9 @@ def _pipeline_evaluation(
     for e in partitions:
         row = {"partition": e.partition, "committed": e.committed, "low": e.low, "high": e.high, "lag": e.lag,
                "state": e.state.value, "messages_lost": e.messages_lost, "lag_seconds": None,
-               "lag_method": "", "retention_margin": None, "retention_seconds_left": None}
+               "lag_method": "", "retention_margin": None, "retention_seconds_left": None,
+               "status": stuck[e.partition].status.name if e.partition in stuck else "OK",
+               "status_reason": stuck[e.partition].reason if e.partition in stuck else ""}
         if e.committed is not None and e.high is not None:
             # A partition at the high watermark of this cycle (the newest sample) is caught up:
             # rule 1 of lag_seconds, without walking its history.

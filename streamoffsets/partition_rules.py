@@ -80,7 +80,7 @@ def partition_status(
             newest = max(others.values())
             silent_s = (newest - mine) / 1000
             if silent_s >= stop_after_intervals * interval_s:
-                writing = [q for q, t in others.items() if t - mine >= stop_after_intervals * interval_s]
+                writing = [q for q, t in others.items() if (t - mine) / 1000 >= stop_after_intervals * interval_s]
                 out.append(PartitionStatus(p, Status.STOPPED, (
                     f"partition {p} stopped at offset {c:,}: not committed for {human_duration(silent_s)} "
                     f"({_intervals(silent_s, interval_s)}) while {_names(writing)} kept committing; "

@@ -35,6 +35,11 @@ class BatchOffsets:
     offsets: dict[int, int] = field(default_factory=dict)
     batch_id: int | None = None
     committed: bool = True
+    # When each partition was last written, by the store's clock (epoch ms), where the store
+    # records it per partition (ZooKeeper znode mtimes, a Kafka group commit's batch-time
+    # metadata); None where it does not. Read by the partition rules (streamoffsets.
+    # partition_rules) to tell a stopped partition from a stalled one; not part of equality.
+    written_ms: dict[int, int] | None = field(default=None, compare=False)
 
     @property
     def key(self) -> PipelineKey:

@@ -33,6 +33,10 @@ CASES = [
     # 1c. Not written for long but nothing waits (an old consumer skips an idle partition): OK.
     ("1c", STUCK, {0: 0, 1: 0, 2: 0, 3: 40}, 5.0, {0: MS - 60_000, 1: MS - 60_000, 2: MS - 60_000, 3: MS},
      {0: Status.OK, 1: Status.OK, 2: Status.OK, 3: Status.OK}, None),
+    # 1d. Written one at a time (ms apart), then 0-2 stop: only the partition that kept
+    #     committing is named, not a neighbour written 4 ms later in the same commit.
+    ("1d", STUCK, LAGS, 5.0, {0: MS - 30_000, 1: MS - 29_996, 2: MS - 29_990, 3: MS},
+     {0: Status.STOPPED, 1: Status.STOPPED, 2: Status.STOPPED, 3: Status.OK}, "while partition 3 kept committing"),
     # 2a. Re-written unchanged (mtimes move) while 3 advances: STALLED, naming the partition, the
     #     offset, the time, the commits and who advanced.
     ("2a", STUCK, LAGS, 5.0, {0: MS, 1: MS, 2: MS, 3: MS},
