@@ -24,9 +24,13 @@ class PartitionStatus(NamedTuple):
     reason: str  # "" when OK
 
 
+NAMED_AT_MOST = 10  # partitions named in one reason, and flagged partitions listed per pipeline
+
+
 def _names(partitions: Sequence[int]) -> str:
     ps = sorted(partitions)
-    return ("partition " if len(ps) == 1 else "partitions ") + ", ".join(map(str, ps))
+    more = f" and {len(ps) - NAMED_AT_MOST:,} more" if len(ps) > NAMED_AT_MOST else ""
+    return ("partition " if len(ps) == 1 else "partitions ") + ", ".join(map(str, ps[:NAMED_AT_MOST])) + more
 
 
 def _intervals(seconds: float, interval_s: float) -> str:
@@ -66,6 +70,12 @@ def partition_status(
     if not interval_s or interval_s <= 0 or len(ordered) < 2:
         return [PartitionStatus(p, Status.OK, "") for p in sorted(lags)]
     latest = ordered[-1]
+    threshold_ms = stop_after_intervals * interval_s * 1000
+    # Computed once per pipeline, not per partition: pipelines of thousands of partitions are
+    # evaluated at every cycle. Write times newest first; the partitions that advanced since
+    # each sample, by the sample's index (a frozen stretch starts at one of them).
+    by_time = sorted(((t, q) for q, t in written_ms.items()), reverse=True) if written_ms else []
+    advanced_since: dict[int, list[int]] = {}
     out = []
     for p in sorted(lags):
         lag = lags[p]
@@ -74,13 +84,16 @@ def partition_status(
             out.append(PartitionStatus(p, Status.OK, ""))
             continue
         # Rule 1: no write of this partition while the others kept writing.
-        if written_ms and p in written_ms and len(written_ms) > 1:
+        if written_ms and p in written_ms and len(by_time) > 1:
             mine = written_ms[p]
-            others = {q: t for q, t in written_ms.items() if q != p}
-            newest = max(others.values())
+            newest = by_time[0][0] if by_time[0][1] != p else by_time[1][0]
             silent_s = (newest - mine) / 1000
-            if silent_s >= stop_after_intervals * interval_s:
-                writing = [q for q, t in others.items() if (t - mine) / 1000 >= stop_after_intervals * interval_s]
+            if newest - mine >= threshold_ms:
+                writing = []
+                for t, q in by_time:  # newest first: stops at the first written too recently to count
+                    if t - mine < threshold_ms:
+                        break
+                    writing.append(q)
                 out.append(PartitionStatus(p, Status.STOPPED, (
                     f"partition {p} stopped at offset {c:,}: not committed for {human_duration(silent_s)} "
                     f"({_intervals(silent_s, interval_s)}) while {_names(writing)} kept committing; "
@@ -92,8 +105,11 @@ def partition_status(
             start -= 1
         frozen = ordered[start]
         span = latest.at_s - frozen.at_s
-        advanced = [q for q, v in latest.committed.items()
-                    if q != p and q in frozen.committed and v > frozen.committed[q]]
+        advanced = advanced_since.get(start)
+        if advanced is None:  # p is not among them: its offset is the same in both samples
+            before = frozen.committed
+            advanced = advanced_since[start] = [
+                q for q, v in latest.committed.items() if q in before and v > before[q]]
         if span >= stall_after_intervals * interval_s and advanced:
             blind = "" if written_ms else (
                 " (this store does not record when each partition was written: a stopped partition reads as stalled)")
@@ -107,12 +123,17 @@ def partition_status(
 
 
 def merge_into(result: StatusResult, partitions: Sequence[PartitionStatus]) -> StatusResult:
-    """Rule 4: the pipeline's status is the worst of its own and its partitions'; every flagged
-    partition's reason is listed (after the pipeline's own), and "consuming normally" / "caught
-    up" no longer stand beside them."""
+    """Rule 4: the pipeline's status is the worst of its own and its partitions'; the flagged
+    partitions' reasons are listed after the pipeline's own (the first NAMED_AT_MOST, then a
+    count of the rest), and "consuming normally" / "caught up" no longer stand beside them."""
     flagged = [ps for ps in partitions if ps.status > Status.OK]
     if not flagged:
         return result
     reasons = [r for r in result.reasons if r not in ("consuming normally", "caught up")]
-    reasons.extend(ps.reason for ps in flagged)
+    reasons.extend(ps.reason for ps in flagged[:NAMED_AT_MOST])
+    if len(flagged) > NAMED_AT_MOST:  # every one is on its partition's row; the list stays readable
+        rest = flagged[NAMED_AT_MOST:]
+        counts = ", ".join(f"{sum(ps.status is st for ps in rest):,} {st.name}" for st in (Status.STOPPED, Status.STALLED)
+                           if any(ps.status is st for ps in rest))
+        reasons.append(f"and {len(rest):,} more partitions ({counts}): see the partitions table")
     return StatusResult(max(result.status, *(ps.status for ps in flagged)), reasons)

@@ -106,3 +106,15 @@ def test_case_4b_a_worse_pipeline_status_stays_with_its_reason_first():
 def test_case_4c_nothing_flagged_leaves_the_result_as_it_was():
     result = StatusResult(Status.OK, ["consuming normally"])
     assert merge_into(result, partition_status(STUCK, {0: 0, 1: 0, 2: 0, 3: 0}, 5.0, None)) is result
+
+
+def test_case_4d_many_flagged_partitions_are_counted_after_the_first_ten():
+    n = 25  # partitions 0..23 frozen, 24 advances
+    window = [Sample(NOW + at, {p: (c if p < n - 1 else 300 + at) for p in range(n)}, {p: 500 for p in range(n)},
+                     NOW + at) for at, c in ((-20, 100), (-10, 120), (0, 120))]
+    window[0].committed.update({p: 100 for p in range(n - 1)})
+    parts = partition_status([window[0], *[w._replace(committed={**w.committed, **{p: 120 for p in range(n - 1)}})
+                                           for w in window[1:]]], {p: 40 for p in range(n)}, 5.0, None)
+    assert sum(ps.status == Status.STALLED for ps in parts) == n - 1
+    merged = merge_into(StatusResult(Status.OK, ["consuming normally"]), parts)
+    assert len(merged.reasons) == 11 and merged.reasons[-1] == "and 14 more partitions (14 STALLED): see the partitions table"
