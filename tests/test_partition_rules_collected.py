@@ -111,3 +111,28 @@ def test_stuck_partitions_are_stalled_then_stopped_while_the_control_partition_a
         zk.delete(f"/consumers/{group}", recursive=True)
         zk.stop()
         zk.close()
+
+
+def test_zookeeper_readings_carry_each_partition_nodes_write_time(stack, unique_name):
+    """The per-partition write times the STOPPED rule needs: each znode's mtime, outside equality."""
+    from streamoffsets.types import BatchOffsets
+    from streamoffsets.zookeeper import ZooKeeperOffsetStore
+
+    topic, group = unique_name("orders"), unique_name("spout")
+    zk = KazooClient(hosts=stack.zookeeper_hosts, timeout=5)
+    zk.start(timeout=5)
+    try:
+        zk.create(f"/consumers/{group}/offsets/{topic}/0", b"5", makepath=True)
+        time.sleep(0.05)
+        zk.create(f"/consumers/{group}/offsets/{topic}/1", b"7")
+        mtimes = {p: zk.exists(f"/consumers/{group}/offsets/{topic}/{p}").mtime for p in (0, 1)}
+        with ZooKeeperOffsetStore(stack.zookeeper_hosts, timeout_s=5) as store:
+            latest = store.load_latest(topic, group)
+            [batch] = store.history(topic, group).batches
+        assert latest.written_ms == batch.written_ms == mtimes and mtimes[1] > mtimes[0]
+        assert batch.batch_time_ms == mtimes[1]
+        assert batch == BatchOffsets(topic, group, mtimes[1], {0: 5, 1: 7})  # write times are not compared
+    finally:
+        zk.delete(f"/consumers/{group}", recursive=True)
+        zk.stop()
+        zk.close()
