@@ -7,6 +7,7 @@ import logging
 import secrets
 
 from dataclasses import dataclass
+from operator import itemgetter
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from pathlib import Path
@@ -430,6 +431,7 @@ def _topic_series(history: dict[datetime, dict[int, tuple[int, int]]]) -> TopicS
 
 
 CAUGHT_UP = evaluation.TimeLag(0.0, "caught up")
+_partition_of, _lag_of = itemgetter(0), itemgetter(4)  # PartitionEvaluation's partition and lag
 
 
 def _pipeline_evaluation(
@@ -452,9 +454,17 @@ def _pipeline_evaluation(
     )
     # A partition stuck while the others of its pipeline move (partition_rules): its status and
     # reason on its row, the worst of them on the pipeline (and so on its incident).
-    stuck = {ps.partition: ps for ps in partition_rules.partition_status(
-        window, {e.partition: e.lag if e.state is evaluation.PartitionState.LAGGING else None for e in partitions},
-        interval, written_ms, stop_after_intervals=settings.STOP_AFTER_INTERVALS)}
+    # Only the few flagged partitions are checked for their state (an out-of-range partition's
+    # own state is the news there, not a stall).
+    def lags():  # called only when some partition may be stuck
+        return dict(zip(map(_partition_of, partitions), map(_lag_of, partitions)))
+
+    flagged = partition_rules.partition_status(window, lags, interval, written_ms,
+                                               stop_after_intervals=settings.STOP_AFTER_INTERVALS)
+    if flagged:
+        states = {e.partition: e.state for e in partitions}
+        flagged = [ps for ps in flagged if states[ps.partition] is evaluation.PartitionState.LAGGING]
+    stuck = {ps.partition: ps for ps in flagged}
     status = partition_rules.merge_into(status, list(stuck.values()))
     highs, lows = series.highs, series.lows
     commits: dict[int, list[tuple[float, int]]] = {}

@@ -13,9 +13,14 @@ docstring; tests/test_partition_rules.py proves each with numbered cases.
 """
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Sequence
+from itertools import compress
+from operator import attrgetter, eq
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 from streamoffsets.evaluation import Sample, Status, StatusResult, human_duration
+
+
+_at_of = attrgetter("at_s")
 
 
 class PartitionStatus(NamedTuple):
@@ -40,14 +45,15 @@ def _intervals(seconds: float, interval_s: float) -> str:
 
 def partition_status(
     window: Sequence[Sample],
-    lags: Mapping[int, int | None],
+    lags: Mapping[int, int | None] | Callable[[], Mapping[int, int | None]],
     interval_s: float | None,
     written_ms: Mapping[int, int] | None = None,
     stall_after_intervals: float = 2.0,
     stop_after_intervals: float = 3.0,
 ) -> list[PartitionStatus]:
-    """Each partition's status against the other partitions of its pipeline. Rules, per
-    partition, the first that fires wins (a partition is never both):
+    """The partitions that are STALLED or STOPPED against the other partitions of their pipeline
+    (every partition not listed is OK). Rules, per partition, the first that fires wins (a
+    partition is never both):
     1. STOPPED: the store tells when each partition was last written (`written_ms`: ZooKeeper
        znode mtimes, a Kafka group commit's batch-time metadata), the partition has lag > 0,
        and the other partitions' newest write is at least `stop_after_intervals` commit
@@ -63,25 +69,53 @@ def partition_status(
        two batches); fewer than two samples; the offset moved within the stretch; or no other
        partition advanced (then the whole pipeline is stalled or stopped and the pipeline
        rules say so, once, rather than once per partition).
-    `lags`: each partition's lag now (None when unknown). `interval_s`: the pipeline's commit
+    `lags`: each partition's lag now (None when unknown), or a function giving them, called only
+    when some partition is a candidate (a healthy pipeline never needs them). `interval_s`: the pipeline's commit
     interval (evaluation.batch_interval_s).
     """
-    ordered = sorted(window, key=lambda s: s.at_s)
+    ordered = sorted(window, key=_at_of)
     if not interval_s or interval_s <= 0 or len(ordered) < 2:
-        return [PartitionStatus(p, Status.OK, "") for p in sorted(lags)]
+        return []
     latest = ordered[-1]
+    now_committed = latest.committed
+    stall_s = stall_after_intervals * interval_s
     threshold_ms = stop_after_intervals * interval_s * 1000
-    # Computed once per pipeline, not per partition: pipelines of thousands of partitions are
-    # evaluated at every cycle. Write times newest first; the partitions that advanced since
-    # each sample, by the sample's index (a frozen stretch starts at one of them).
+    # This runs for every pipeline at every cycle, thousands of partitions each: first the
+    # candidates, at C speed where it can, then the rules for them alone. A partition can be
+    # STALLED only if its offset is the same in the newest sample at least stall_s old (ref);
+    # STOPPED only if it was written threshold before the newest write.
+    ref = None
+    for sample in reversed(ordered):
+        if sample.at_s <= latest.at_s - stall_s:
+            ref = sample
+            break
+    candidates: set[int] = set()
+    if ref is not None:
+        before = ref.committed
+        if len(before) == len(now_committed) and tuple(before) == tuple(now_committed):
+            same = map(eq, now_committed.values(), before.values())
+            candidates.update(compress(now_committed, same))
+        else:
+            candidates.update(p for p, c in now_committed.items() if before.get(p) == c)
     by_time = sorted(((t, q) for q, t in written_ms.items()), reverse=True) if written_ms else []
+    if len(by_time) > 1:
+        cutoff = by_time[0][0] - threshold_ms
+        for t, q in reversed(by_time):  # oldest first: stops at the first written too recently
+            if t > cutoff:
+                break
+            candidates.add(q)
+    # The partitions that advanced since each sample, by the sample's index (a frozen stretch
+    # starts at one of them): computed once per pipeline, not per partition.
     advanced_since: dict[int, list[int]] = {}
-    out = []
-    for p in sorted(lags):
-        lag = lags[p]
-        c = latest.committed.get(p)
+    out: list[PartitionStatus] = []
+    if not candidates:
+        return out
+    if callable(lags):
+        lags = lags()
+    for p in sorted(candidates):
+        lag = lags.get(p)
+        c = now_committed.get(p)
         if not lag or lag <= 0 or c is None:
-            out.append(PartitionStatus(p, Status.OK, ""))
             continue
         # Rule 1: no write of this partition while the others kept writing.
         if written_ms and p in written_ms and len(by_time) > 1:
@@ -105,20 +139,19 @@ def partition_status(
             start -= 1
         frozen = ordered[start]
         span = latest.at_s - frozen.at_s
+        if span < stall_s:
+            continue
         advanced = advanced_since.get(start)
         if advanced is None:  # p is not among them: its offset is the same in both samples
             before = frozen.committed
-            advanced = advanced_since[start] = [
-                q for q, v in latest.committed.items() if q in before and v > before[q]]
-        if span >= stall_after_intervals * interval_s and advanced:
+            advanced = advanced_since[start] = [q for q, v in now_committed.items() if q in before and v > before[q]]
+        if advanced:
             blind = "" if written_ms else (
                 " (this store does not record when each partition was written: a stopped partition reads as stalled)")
             out.append(PartitionStatus(p, Status.STALLED, (
                 f"partition {p} stalled at offset {c:,} for {human_duration(span)} "
                 f"({_intervals(span, interval_s)}) with {lag:,} messages waiting while {_names(advanced)} "
                 f"advanced{blind}")))
-            continue
-        out.append(PartitionStatus(p, Status.OK, ""))
     return out
 
 
