@@ -8,11 +8,15 @@ import argparse
 import random
 import sys
 import time
+from operator import itemgetter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from streamoffsets.evaluation import Sample, evaluate_partitions, evaluate_status, sample_lag  # noqa: E402
+from streamoffsets.partition_rules import merge_into, partition_status  # noqa: E402
+
+_partition_of, _lag_of = itemgetter(0), itemgetter(4)
 
 
 def main() -> None:
@@ -20,6 +24,7 @@ def main() -> None:
     parser.add_argument("--pipelines", type=int, default=5000)
     parser.add_argument("--partitions", type=int, default=20)
     parser.add_argument("--window", type=int, default=6)
+    parser.add_argument("--no-partition-rules", action="store_true", help="the window rules alone (as before #13)")
     args = parser.parse_args()
     rng = random.Random(7)
     cases = []
@@ -47,11 +52,16 @@ def main() -> None:
         parts = evaluate_partitions(newest.committed, marks)
         window[-1] = Sample(newest.at_s, newest.committed, newest.high, newest.last_batch_s,
                             sample_lag(newest.committed, newest.high))
-        evaluate_status(window, parts, 10.0, newest.at_s + 1)
+        status = evaluate_status(window, parts, 10.0, newest.at_s + 1)
+        if not args.no_partition_rules:  # a partition stuck while the others move (issue #13)
+            # As dashboard/services.py: the lags are built only if some partition may be stuck.
+            merge_into(status, partition_status(
+                window, lambda: dict(zip(map(_partition_of, parts), map(_lag_of, parts))), 10.0, None))
         statuses += 1
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     n = args.pipelines * args.partitions
-    print(f"{args.pipelines} pipelines x {args.partitions} partitions, window {args.window} samples")
+    print(f"{args.pipelines} pipelines x {args.partitions} partitions, window {args.window} samples"
+          f"{'' if args.no_partition_rules else ', partition rules included'}")
     print(f"partition evaluations: {n:,} in {wall:.2f} s wall, {cpu:.2f} s CPU -> {n / cpu:,.0f} per CPU second")
     print(f"pipeline statuses: {statuses:,} -> {statuses / cpu:,.0f} per CPU second")
 

@@ -222,12 +222,16 @@ def _ms_iso(ms: int | None) -> str | None:
 
 
 _PARTITION_FIELDS = ("partition", "committed", "low", "high", "lag", "state", "messages_lost", "lag_seconds",
-                     "lag_method", "retention_margin", "retention_seconds_left", "lag_absent")
+                     "lag_method", "retention_margin", "retention_seconds_left", "lag_absent", "status",
+                     "status_reason")
 
 
 def _partition_json(row: dict) -> dict:
     out = {key: row.get(key) for key in _PARTITION_FIELDS}
     out["lag_method"] = out["lag_method"] or ""
+    # Evaluations stored before the partition rules have no partition status (replaced next cycle).
+    out["status"] = out["status"] or "OK"
+    out["status_reason"] = out["status_reason"] or ""
     return out
 
 

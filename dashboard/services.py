@@ -7,6 +7,7 @@ import logging
 import secrets
 
 from dataclasses import dataclass
+from operator import itemgetter
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from pathlib import Path
@@ -20,7 +21,7 @@ from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
 
 from collectors.readers import StoreReading
-from dashboard import charts, exports, selectors, sparkline, storable
+from dashboard import charts, exports, partition_writes, selectors, sparkline, storable
 from dashboard.audit import audit_append, changed_values
 from dashboard.bulk import copy_insert
 from dashboard.models import (
@@ -42,7 +43,7 @@ from dashboard.models import (
 )
 from dashboard.packing import pack, pack_map, pack_partitions, unpack_map, unpack_watermarks
 from dashboard.params import ChartParams, TimeRange, time_zone
-from streamoffsets import evaluation
+from streamoffsets import evaluation, partition_rules
 from streamoffsets.evaluation import Sample
 from streamoffsets.kafka import WatermarkResult
 from streamoffsets.types import BatchOffsets, PipelineKey, RowProblem
@@ -152,6 +153,10 @@ def store_reading_record(*, store: Store, reading: StoreReading, now_ms: int | N
     Batch.objects.filter(now_committed).update(committed=True)
     _problems_record(store, problems)
     _history_importing_record(store, reading.more)
+    # When each partition was last written (stores that say so; None for the others, which
+    # clears what an earlier reading left), for the partition rules of the cluster poll's
+    # evaluation. Written now, not on commit: the times are the store's truth either way.
+    partition_writes.record({p.pk: with_batches[(p.topic, p.group)][-1].written_ms for p in pipelines})
     if reading.discovered and reading.pipelines:  # a store still empty is listed again next poll
         Store.objects.filter(pk=store.pk).update(discovered_at=timezone.now())
     return len(rows)
@@ -344,6 +349,7 @@ def _pipelines_evaluate(
         marks_at.setdefault(topic, {})[at] = unpack_watermarks(ids, lows, highs)
 
     open_incidents = {i.pipeline_id: i for i in Incident.objects.filter(pipeline__in=pipelines, closed_at=None)}
+    written = partition_writes.read([p.pk for p in pipelines])
     sparklines = dict(PipelineEvaluation.objects.filter(pipeline__in=pipelines).values_list("pipeline", "sparkline"))
     # One job's offsets visible in two stores (same topic and group): compare them.
     twins: dict[tuple[str, str], list[Pipeline]] = {}
@@ -361,7 +367,8 @@ def _pipelines_evaluate(
                 history.setdefault(*oldest[pipeline.topic])
             series = series_of[pipeline.topic] = _topic_series(history)
         evaluated = _pipeline_evaluation(pipeline, committed.get(pipeline.pk, {}), marks,
-                                         recent.get(pipeline.pk, [])[-n:], series, now, record_times)
+                                         recent.get(pipeline.pk, [])[-n:], series, now, record_times,
+                                         written.get(pipeline.pk))
         for twin in twins[(pipeline.topic, pipeline.group)]:
             mine, theirs = committed.get(pipeline.pk, {}), committed.get(twin.pk, {})
             if twin.pk != pipeline.pk and mine and theirs and evaluation.drift(mine, theirs):
@@ -430,13 +437,16 @@ def _topic_series(history: dict[datetime, dict[int, tuple[int, int]]]) -> TopicS
 
 
 CAUGHT_UP = evaluation.TimeLag(0.0, "caught up")
+_partition_of, _lag_of = itemgetter(0), itemgetter(4)  # PartitionEvaluation's partition and lag
 
 
 def _pipeline_evaluation(
     pipeline: Pipeline, committed: dict[int, int], marks: dict[int, tuple[int, int]], recent: list[WindowSample],
     series: TopicSeries, now: datetime, record_times: dict[tuple[str, int, int], int],
+    written_ms: dict[int, int] | None = None,
 ) -> PipelineEvaluation:
-    """One pipeline's evaluation from data already in memory (no queries)."""
+    """One pipeline's evaluation from data already in memory (no queries). `written_ms`: when
+    each partition was last written, where the store says (dashboard.partition_writes)."""
     window = [
         Sample(s.sampled_at.timestamp(), s.committed, series.highs_at.get(s.sampled_at, {}),
                s.last_batch_ms / 1000 if s.last_batch_ms else None, s.total_lag)
@@ -448,6 +458,20 @@ def _pipeline_evaluation(
         window, partitions, interval, now.timestamp(),
         stop_after_intervals=settings.STOP_AFTER_INTERVALS, min_stale_s=settings.STALE_AFTER_S,
     )
+    # A partition stuck while the others of its pipeline move (partition_rules): its status and
+    # reason on its row, the worst of them on the pipeline (and so on its incident).
+    # Only the few flagged partitions are checked for their state (an out-of-range partition's
+    # own state is the news there, not a stall).
+    def lags():  # called only when some partition may be stuck
+        return dict(zip(map(_partition_of, partitions), map(_lag_of, partitions)))
+
+    flagged = partition_rules.partition_status(window, lags, interval, written_ms,
+                                               stop_after_intervals=settings.STOP_AFTER_INTERVALS)
+    if flagged:
+        states = {e.partition: e.state for e in partitions}
+        flagged = [ps for ps in flagged if states[ps.partition] is evaluation.PartitionState.LAGGING]
+    stuck = {ps.partition: ps for ps in flagged}
+    status = partition_rules.merge_into(status, list(stuck.values()))
     highs, lows = series.highs, series.lows
     commits: dict[int, list[tuple[float, int]]] = {}
     for sample in window:
@@ -459,7 +483,9 @@ def _pipeline_evaluation(
         row = {"partition": e.partition, "committed": e.committed, "low": e.low, "high": e.high, "lag": e.lag,
                "state": e.state.value, "messages_lost": e.messages_lost, "lag_seconds": None,
                "lag_method": "", "retention_margin": None, "retention_seconds_left": None,
-               "lag_absent": e.lag_absent}
+               "lag_absent": e.lag_absent,
+               "status": stuck[e.partition].status.name if e.partition in stuck else "OK",
+               "status_reason": stuck[e.partition].reason if e.partition in stuck else ""}
         if e.lag is None and e.committed is not None and e.high is not None:
             # Out of range: the state wins; no number derived from a position that does not exist.
             # Below the low watermark the margin stays: negative, it is the data lost (metrics).

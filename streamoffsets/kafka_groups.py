@@ -134,7 +134,7 @@ class KafkaGroupOffsetStore(StoreBase):
         return [tp for tp in result.topic_partitions if tp.offset != NO_OFFSET]
 
     def _decode(self, group: str, topic: str, tps: list[TopicPartition], observed_ms: int) -> BatchOffsets:
-        batch_times = []
+        batch_times = {}
         offsets = {}
         for tp in tps:
             key = f"{group}/{topic}/{tp.partition}"
@@ -145,11 +145,14 @@ class KafkaGroupOffsetStore(StoreBase):
             offsets[tp.partition] = tp.offset
             if tp.metadata:
                 try:
-                    batch_times.append(int(json.loads(tp.metadata)["batch_time_ms"]))
+                    batch_times[tp.partition] = int(json.loads(tp.metadata)["batch_time_ms"])
                 except (ValueError, KeyError, TypeError):
                     pass  # metadata written by another tool: not ours to interpret
+        # Per-partition write times only when every partition carries our metadata (a commit's
+        # time is not in what the broker returns; Tansu and other tools' commits have none).
+        written = batch_times if batch_times and batch_times.keys() == offsets.keys() else None
         if batch_times:
-            return BatchOffsets(topic, group, max(batch_times), offsets)
+            return BatchOffsets(topic, group, max(batch_times.values()), offsets, written_ms=written)
         return BatchOffsets(topic, group, observed_ms, offsets, time_observed=True)
 
     def load_latest(self, topic: str, group: str) -> BatchOffsets | None:

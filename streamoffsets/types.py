@@ -39,6 +39,11 @@ class BatchOffsets:
     batch_id: int | None = None
     committed: bool = True
     time_observed: bool = field(default=False, compare=False)
+    # When each partition was last written, by the store's clock (epoch ms), where the store
+    # records it per partition (ZooKeeper znode mtimes, a Kafka group commit's batch-time
+    # metadata); None where it does not. Read by the partition rules (streamoffsets.
+    # partition_rules) to tell a stopped partition from a stalled one; not part of equality.
+    written_ms: dict[int, int] | None = field(default=None, compare=False)
 
     @property
     def key(self) -> PipelineKey:

@@ -298,7 +298,7 @@ class ZooKeeperOffsetStore(StoreBase):
             raise bad[0]
         if not offsets:
             return None
-        return BatchOffsets(topic, group, max(mtimes.values()), offsets)
+        return BatchOffsets(topic, group, max(mtimes.values()), offsets, written_ms=mtimes)
 
     def torn_problem(self, topic: str, group: str, mtimes: dict[int, int]) -> RowProblem | None:
         """A warning when the partition nodes were written more than torn_after_ms apart. Its
@@ -331,7 +331,9 @@ class ZooKeeperOffsetStore(StoreBase):
         page = HistoryPage(problems=[RowProblem(self.name, exc.key, exc.problem) for exc in bad])
         if not offsets:
             return page
-        batch = BatchOffsets(topic, group, max(mtimes.values()), offsets)
+        # Each node's mtime says when its partition was last written: the partition rules tell
+        # a partition that stopped committing from one re-written unchanged (stalled) by it.
+        batch = BatchOffsets(topic, group, max(mtimes.values()), offsets, written_ms=mtimes)
         if batch.batch_time_ms < start_ms or (end_ms is not None and batch.batch_time_ms > end_ms):
             return page
         if limit is not None and limit < 1:
