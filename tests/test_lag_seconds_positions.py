@@ -114,3 +114,18 @@ def test_without_record_reads_an_idle_topic_gives_a_lower_bound_not_unknown(sett
     row = partition_rows(s)["a"]
     assert row["lag_method"].startswith("at least: high watermark unchanged")
     assert 1.0 <= row["lag_seconds"] < 60
+
+
+def test_the_reader_reads_each_wanted_record_of_a_partition_adjacent_or_apart(stack, unique_name):
+    """One consumer, several positions per partition: offsets next to each other are read on,
+    offsets apart are sought; a zero budget reads nothing and says which were left unread."""
+    from streamoffsets.kafka import KafkaWatermarkReader
+
+    s, written = idle_topic(stack, unique_name)
+    wanted = [(s.topic, 0, o) for o in (9, 3, 4, 5)]
+    reader = KafkaWatermarkReader(stack.kafka_bootstrap)
+    read = reader.record_timestamps_at(wanted, budget_s=5.0)
+    assert read.found == {(s.topic, 0, o): written[o] for o in (3, 4, 5, 9)}
+    assert not read.gone and not read.unread
+    none = reader.record_timestamps_at(wanted, budget_s=0.0)
+    assert not none.found and sorted(none.unread) == sorted(wanted)
