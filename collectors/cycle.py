@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -115,14 +116,25 @@ def poll_cluster(cluster_id: int, timeout_s: float | None = None) -> int:
                                  config=selectors.kafka_client_config(cluster_name=cluster.name))
         warnings = [f"topic {t!r}: {why}" for t, why in sorted(result.missing.items())]
         topics_of, committed = selectors.cluster_committed(cluster=cluster, topics=list(result.by_topic))
-        # Read after the watermarks and outside any transaction; a failure here is a warning.
+        # The records at the committed positions are read (after the watermarks, outside any
+        # transaction, in a thread: no database access there) while the samples are stored and
+        # the history loaded; the evaluation waits for them. A failure there is a warning.
         marks = {t: {p: (w.low, w.high) for p, w in parts.items()} for t, parts in result.by_topic.items()}
-        records = cycle_record_times(cluster, marks, topics_of, {pk: c.offsets for pk, c in committed.items()}, timeout_s)
+        with ThreadPoolExecutor(1, thread_name_prefix="record-times") as pool:
+            reading = pool.submit(cycle_record_times, cluster, marks, topics_of,
+                                  {pk: c.offsets for pk, c in committed.items()}, timeout_s)
+
+            def records_later():
+                records = reading.result()
+                return records.found, records.missing
+
+            added = services.watermarks_record(cluster=cluster, result=result, sampled_at=outcome.started_at,
+                                               records_later=records_later, committed=committed)
+            records = reading.result()  # read already, unless there was no pipeline to evaluate
         if records.warning:
             warnings.append(records.warning)
         outcome.warning = "; ".join(warnings) or None
-        return services.watermarks_record(cluster=cluster, result=result, sampled_at=outcome.started_at,
-                                          record_times=records.found, record_misses=records.missing, committed=committed)
+        return added
 
 
 def collect_once() -> CycleSummary:

@@ -25,7 +25,7 @@ from streamoffsets.errors import OffsetStoreError
 log = logging.getLogger(__name__)
 
 Position = tuple[str, int, int]
-OVER_BUDGET = "record not read: over this cycle's budget (read first next cycle)"
+OVER_BUDGET = "record not read: over this cycle's budget"  # read first next cycle
 
 
 @dataclass

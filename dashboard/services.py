@@ -262,6 +262,7 @@ def watermarks_record(
     record_times: dict[tuple[str, int, int], int] | None = None,
     committed: dict[int, selectors.Committed] | None = None,
     record_misses: dict[tuple[str, int, int], str] | None = None,
+    records_later=None,
 ) -> int:
     """Store the cluster's watermarks (one row per topic), then per pipeline reading its topics a
     lag sample, and evaluate them all (status, lag in seconds, retention risk, incidents).
@@ -269,6 +270,9 @@ def watermarks_record(
     read from the broker; lag in seconds comes from them where they match the committed offset.
     `record_misses`: (topic, partition, offset) -> why that record's timestamp is not known (gone,
     not read this cycle), said next to the interpolated number or its absence.
+    `records_later`: instead of the two, a function returning them, called only when the
+    evaluation needs them (after the inserts and history queries): the caller's record read
+    runs meanwhile.
     `committed`: each pipeline's newest offsets when the caller already read them
     (selectors.cluster_committed), else read here.
     A constant number of queries whatever the number of pipelines."""
@@ -296,13 +300,14 @@ def watermarks_record(
                                  partitions=ids, committed=values, last_batch_ms=batch_ms))
     copy_insert(LagSample, samples)
     _pipelines_evaluate(cluster, pipelines, offsets_of, result, now=sampled_at, record_times=record_times or {},
-                        record_misses=record_misses or {})
+                        record_misses=record_misses or {}, records_later=records_later)
     return len(samples)
 
 
 def _pipelines_evaluate(
     cluster: Cluster, pipelines: list[Pipeline], committed: dict[int, dict[int, int]], result: WatermarkResult,
     now: datetime, record_times: dict[tuple[str, int, int], int], record_misses: dict[tuple[str, int, int], str],
+    records_later=None,
 ) -> None:
     """Evaluate every pipeline of a cluster poll with the pure rules of streamoffsets.evaluation."""
     if not pipelines:
@@ -350,6 +355,8 @@ def _pipelines_evaluate(
     store_names = dict(Store.objects.filter(pk__in={p.store_id for p in pipelines}).values_list("pk", "name"))
     evaluations, incidents_new, incidents_changed = [], [], []
     series_of: dict[str, TopicSeries] = {}  # built once per topic, shared by its pipelines
+    if records_later is not None:
+        record_times, record_misses = records_later()
     for pipeline in pipelines:
         marks = {p: (w.low, w.high) for p, w in result.by_topic[pipeline.topic].items()}
         series = series_of.get(pipeline.topic)

@@ -343,7 +343,7 @@ def lag_seconds_without_record(
     if tl.seconds is None:
         since = _high_unchanged_since(high_samples)
         if since is not None and since < now_s:
-            tl = TimeLag(now_s - since, "at least: high watermark unchanged since it was first sampled")
+            tl = TimeLag(now_s - since, "at least: high watermark flat since first sampled")
     if not no_record:
         return tl
     if tl.seconds is None:
