@@ -232,7 +232,8 @@ class KafkaWatermarkReader:
                         continue  # not ours, or done with (a record fetched before the pause)
                     err = msg.error()
                     if err is not None:
-                        if err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+                        if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                            # auto.offset.reset=error: the offset is no longer in the log.
                             settle(key, offsets[at[key]], None, "record deleted by retention")
                         else:
                             continue  # transient: the partition is retried until the budget ends

@@ -112,7 +112,7 @@ def test_without_record_reads_an_idle_topic_gives_a_lower_bound_not_unknown(sett
     time.sleep(1.5)
     collect_once()
     row = partition_rows(s)["a"]
-    assert row["lag_method"].startswith("at least: high watermark unchanged")
+    assert row["lag_method"].startswith("at least: high watermark flat since first sampled")
     assert 1.0 <= row["lag_seconds"] < 60
 
 
@@ -129,3 +129,27 @@ def test_the_reader_reads_each_wanted_record_of_a_partition_adjacent_or_apart(st
     assert not read.gone and not read.unread
     none = reader.record_timestamps_at(wanted, budget_s=0.0)
     assert not none.found and sorted(none.unread) == sorted(wanted)
+
+
+def test_a_record_deleted_by_retention_says_so_beside_the_estimate(unique_name):
+    """Tansu cannot move a low watermark: the watermarks enter at the service seam. The group's
+    position (3) is below the low watermark (5): its record is gone, the estimate says why."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from dashboard import services
+    from streamoffsets.kafka import WatermarkResult
+    from streamoffsets.types import Watermarks
+    from tests.factories import offline_pipeline
+
+    now = timezone.now()
+    p = offline_pipeline(unique_name, partitions={0: (5, 10)}, batches=[(now_ms() - 5_000, {0: 3})],
+                         sampled_at=now - timedelta(seconds=30))
+    services.watermarks_record(cluster=p.store.cluster, sampled_at=now,
+                               result=WatermarkResult(by_topic={p.topic: {0: Watermarks(0, 5, 10)}}))
+    row = PipelineEvaluation.objects.get(pipeline=p).partitions[0]
+    assert row["state"] == "low out-of-range"
+    # The high watermark stood at 10 for 30 s: at least 30 s, and the record's absence named.
+    assert row["lag_method"] == "at least: high watermark flat since first sampled (record deleted by retention)"
+    assert abs(row["lag_seconds"] - 30) < 1

@@ -13,13 +13,13 @@ WITHOUT_RECORD_CASES = [
     # 1. interpolation where it knows (offset 5 written at 100 + 100 x 6/10), the reason beside it
     (5, [(100.0, 0), (200.0, 10)], "record deleted by retention", 840.0, "interpolated (record deleted by retention)"),
     # 2. flat high watermark over several samples: at least the time since it was first seen
-    (5, [(400.0, 10), (700.0, 10), (900.0, 10)], None, 600.0, "at least: high watermark unchanged"),
+    (5, [(400.0, 10), (700.0, 10), (900.0, 10)], None, 600.0, "at least: high watermark flat since first sampled"),
     # 3. ... with the reason the record was not read
-    (5, [(400.0, 10), (900.0, 10)], "record not read: over this cycle's budget (read first next cycle)", 600.0,
-     "at least: high watermark unchanged since it was first sampled (record not read: over this cycle's budget"),
+    (5, [(400.0, 10), (900.0, 10)], "record not read: over this cycle's budget", 600.0,
+     "at least: high watermark flat since first sampled (record not read: over this cycle's budget)"),
     # 4. one sample only (a new pipeline): unknown, never 0, and why
-    (5, [(NOW, 10)], "record not read: over this cycle's budget (read first next cycle)", None,
-     "unknown: record not read: over this cycle's budget (read first next cycle); not enough watermark samples yet"),
+    (5, [(NOW, 10)], "record not read: over this cycle's budget", None,
+     "unknown: record not read: over this cycle's budget; not enough watermark samples yet"),
     # 5. a watermark that moved within the samples is interpolated (offset 5 at 100 + 300 x 3/7),
     #    not the flat rule's lower bound
     (5, [(100.0, 3), (400.0, 10), (900.0, 10)], None, NOW - (100.0 + 300.0 * 3 / 7), "interpolated"),
