@@ -116,9 +116,9 @@ def poll_cluster(cluster_id: int, timeout_s: float | None = None) -> int:
                                  config=selectors.kafka_client_config(cluster_name=cluster.name))
         warnings = [f"topic {t!r}: {why}" for t, why in sorted(result.missing.items())]
         topics_of, committed = selectors.cluster_committed(cluster=cluster, topics=list(result.by_topic))
-        # The records at the committed positions are read (after the watermarks, outside any
-        # transaction, in a thread: no database access there) while the samples are stored and
-        # the history loaded; the evaluation waits for them. A failure there is a warning.
+        # The records at the committed positions are read after the watermarks, in a thread with
+        # no database access, while the samples are stored and the history loaded; the evaluation
+        # waits for them (at most the read's budget). A failure there is a warning.
         marks = {t: {p: (w.low, w.high) for p, w in parts.items()} for t, parts in result.by_topic.items()}
         with ThreadPoolExecutor(1, thread_name_prefix="record-times") as pool:
             reading = pool.submit(cycle_record_times, cluster, marks, topics_of,
