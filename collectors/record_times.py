@@ -33,7 +33,6 @@ class CycleRecordTimes:
     found: dict[Position, int] = field(default_factory=dict)  # position -> record timestamp (epoch ms)
     missing: dict[Position, str] = field(default_factory=dict)  # position -> why it has no record time
     warning: str | None = None  # for the cluster's health row
-    read: int = 0  # positions asked of the broker this cycle
 
 
 def budget_s(positions: int) -> float:
@@ -74,7 +73,6 @@ def cycle_record_times(
     todo, cut = todo[:cap], todo[cap:]
     unread = list(cut)
     if todo:
-        out.read = len(todo)
         try:
             read = read_record_timestamps(cluster.bootstrap_servers, todo, timeout_s=timeout_s, budget_s=budget_s(len(todo)),
                                           config=selectors.kafka_client_config(cluster_name=cluster.name))
