@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,7 +16,8 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.utils import timezone
 
-from collectors.readers import read_record_timestamps, read_store, read_watermarks
+from collectors.readers import read_store, read_watermarks
+from collectors.record_times import cycle_record_times
 from dashboard import rewinds, selectors, services
 from dashboard.models import Cluster, Store
 from streamoffsets.errors import OffsetStoreError
@@ -114,33 +116,25 @@ def poll_cluster(cluster_id: int, timeout_s: float | None = None) -> int:
                                  config=selectors.kafka_client_config(cluster_name=cluster.name))
         warnings = [f"topic {t!r}: {why}" for t, why in sorted(result.missing.items())]
         topics_of, committed = selectors.cluster_committed(cluster=cluster, topics=list(result.by_topic))
-        record_times, problem = _record_times(cluster, result, topics_of, committed, timeout_s)
-        if problem:
-            warnings.append(problem)
+        # The records at the committed positions are read after the watermarks, in a thread with
+        # no database access, while the samples are stored and the history loaded; the evaluation
+        # waits for them (at most the read's budget). A failure there is a warning.
+        marks = {t: {p: (w.low, w.high) for p, w in parts.items()} for t, parts in result.by_topic.items()}
+        with ThreadPoolExecutor(1, thread_name_prefix="record-times") as pool:
+            reading = pool.submit(cycle_record_times, cluster, marks, topics_of,
+                                  {pk: c.offsets for pk, c in committed.items()}, timeout_s)
+
+            def records_later():
+                records = reading.result()
+                return records.found, records.missing
+
+            added = services.watermarks_record(cluster=cluster, result=result, sampled_at=outcome.started_at,
+                                               records_later=records_later, committed=committed)
+            records = reading.result()  # read already, unless there was no pipeline to evaluate
+        if records.warning:
+            warnings.append(records.warning)
         outcome.warning = "; ".join(warnings) or None
-        return services.watermarks_record(cluster=cluster, result=result, sampled_at=outcome.started_at,
-                                          record_times=record_times, committed=committed)
-
-
-def _record_times(
-    cluster: Cluster, result, topics_of: dict[int, str], committed: dict[int, selectors.Committed],
-    timeout_s: float,
-) -> tuple[dict[tuple[str, int, int], int], str | None]:
-    """Timestamps of the records at the most lagging committed offsets (exact lag in seconds).
-    Read after the watermarks and outside any transaction; a failure here is a warning, the
-    lag in seconds then comes from interpolation."""
-    highs = {t: {p: w.high for p, w in parts.items()} for t, parts in result.by_topic.items()}
-    positions = selectors.record_timestamp_positions(topics=topics_of, committed={pk: c.offsets for pk, c in committed.items()},
-                                                     highs=highs,
-                                                     limit=settings.RECORD_TIMESTAMP_PARTITIONS)
-    if not positions:
-        return {}, None
-    try:
-        times = read_record_timestamps(cluster.bootstrap_servers, positions, timeout_s=timeout_s,
-                                       config=selectors.kafka_client_config(cluster_name=cluster.name))
-    except OffsetStoreError as exc:
-        return {}, f"record timestamps not read ({exc}); lag in seconds interpolated"
-    return {(t, p, positions[(t, p)]): ms for (t, p), ms in times.items()}, None
+        return added
 
 
 def collect_once() -> CycleSummary:

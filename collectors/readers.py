@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from streamoffsets.errors import OffsetStoreError, StoreUnreachable
-from streamoffsets.kafka import KafkaWatermarkReader, WatermarkResult
+from streamoffsets.kafka import KafkaWatermarkReader, RecordTimes, WatermarkResult
 from streamoffsets.store import open_store
 from streamoffsets.types import BatchOffsets, PipelineKey, RowProblem
 
@@ -147,6 +147,6 @@ def read_watermarks(
 
 
 def read_record_timestamps(
-    bootstrap: str, positions: dict[tuple[str, int], int], timeout_s: float, config: dict | None = None
-) -> dict[tuple[str, int], int]:
-    return KafkaWatermarkReader(bootstrap, timeout_s=timeout_s, config=config).record_timestamps(positions)
+    bootstrap: str, positions: list[tuple[str, int, int]], timeout_s: float, budget_s: float, config: dict | None = None
+) -> RecordTimes:
+    return KafkaWatermarkReader(bootstrap, timeout_s=timeout_s, config=config).record_timestamps_at(positions, budget_s)

@@ -5,3 +5,4 @@ POLL_LOCK_PREFIX = "offsetwatch:poll:"  # + source: held while a poll of the sou
 QUEUED_PREFIX = "offsetwatch:queued:"  # + source: a poll of the source waits in the queue
 BEAT_SENT_KEY = "offsetwatch:heartbeat:beat-sent"  # unix time beat last sent collect_all
 POLLING_KEY = "offsetwatch:polling"  # hash: source -> unix time its running poll started
+RECORD_TIMES_PREFIX = "offsetwatch:record-times:"  # + cluster id: JSON of record timestamps read and positions left unread

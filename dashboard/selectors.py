@@ -639,26 +639,29 @@ def cluster_committed(*, cluster: Cluster, topics: list[str]) -> tuple[dict[int,
     return pipelines, committed_offsets(pipeline_ids=list(pipelines))
 
 
-def record_timestamp_positions(
-    *, topics: dict[int, str], committed: dict[int, dict[int, int]], highs: dict[str, dict[int, int]], limit: int
-) -> dict[tuple[str, int], int]:
-    """The committed offsets whose records' timestamps give lag in seconds exactly: the `limit`
-    most lagging (topic, partition) positions of the pipelines (`topics`: id -> topic, with their
-    `committed` offsets). One position per partition (a consumer reads a partition from one
-    offset): the lowest committed, the oldest unprocessed record; other pipelines on that
-    partition keep the interpolated estimate."""
-    if limit <= 0:
-        return {}
-    lowest: dict[tuple[str, int], int] = {}
+def record_positions(
+    *, topics: dict[int, str], committed: dict[int, dict[int, int]], marks: dict[str, dict[int, tuple[int, int]]]
+) -> tuple[list[tuple[str, int, int]], set[tuple[str, int, int]]]:
+    """The committed positions whose records' timestamps give lag in seconds: every distinct
+    (topic, partition, offset) at which a pipeline (`topics`: id -> topic, with its `committed`
+    offsets) has unread records (low <= offset < high in `marks`: topic -> partition -> (low,
+    high)), most lagging first. Several groups on one partition give several positions, each
+    group's own. Returns (those positions, the lagging positions below the low watermark: their
+    records were deleted by retention, nothing to read)."""
+    lag: dict[tuple[str, int, int], int] = {}
+    deleted: set[tuple[str, int, int]] = set()
     for pk, offsets in committed.items():
-        topic_highs = highs.get(topics[pk], {})
+        topic = topics.get(pk)
+        topic_marks = marks.get(topic, {})
         for p, offset in offsets.items():
-            high = topic_highs.get(p)
-            if isinstance(offset, int) and high is not None and offset < high:
-                key = (topics[pk], p)
-                lowest[key] = min(offset, lowest.get(key, offset))
-    worst = sorted(lowest, key=lambda k: highs[k[0]][k[1]] - lowest[k], reverse=True)[:limit]
-    return {key: lowest[key] for key in worst}
+            low_high = topic_marks.get(p)
+            if not isinstance(offset, int) or low_high is None or offset >= low_high[1]:
+                continue
+            if offset < low_high[0]:
+                deleted.add((topic, p, offset))
+            else:
+                lag[(topic, p, offset)] = low_high[1] - offset
+    return sorted(lag, key=lag.__getitem__, reverse=True), deleted
 
 
 # --- rewinds ---------------------------------------------------------------------------------------

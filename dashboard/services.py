@@ -272,11 +272,18 @@ def watermarks_record(
     *, cluster: Cluster, result: WatermarkResult, sampled_at: datetime,
     record_times: dict[tuple[str, int, int], int] | None = None,
     committed: dict[int, selectors.Committed] | None = None,
+    record_misses: dict[tuple[str, int, int], str] | None = None,
+    records_later=None,
 ) -> int:
     """Store the cluster's watermarks (one row per topic), then per pipeline reading its topics a
     lag sample, and evaluate them all (status, lag in seconds, retention risk, incidents).
     `record_times`: (topic, partition, offset) -> timestamp (ms) of the record at that offset,
     read from the broker; lag in seconds comes from them where they match the committed offset.
+    `record_misses`: (topic, partition, offset) -> why that record's timestamp is not known (gone,
+    not read this cycle), said next to the interpolated number or its absence.
+    `records_later`: instead of the two, a function returning them, called only when the
+    evaluation needs them (after the inserts and history queries): the caller's record read
+    runs meanwhile.
     `committed`: each pipeline's newest offsets when the caller already read them
     (selectors.cluster_committed), else read here.
     A constant number of queries whatever the number of pipelines."""
@@ -303,13 +310,15 @@ def watermarks_record(
         samples.append(LagSample(pipeline=pipeline, sampled_at=sampled_at, total_lag=evaluation.sample_lag(offsets, highs),
                                  partitions=ids, committed=values, last_batch_ms=batch_ms))
     copy_insert(LagSample, samples)
-    _pipelines_evaluate(cluster, pipelines, offsets_of, result, now=sampled_at, record_times=record_times or {})
+    _pipelines_evaluate(cluster, pipelines, offsets_of, result, now=sampled_at, record_times=record_times or {},
+                        record_misses=record_misses or {}, records_later=records_later)
     return len(samples)
 
 
 def _pipelines_evaluate(
     cluster: Cluster, pipelines: list[Pipeline], committed: dict[int, dict[int, int]], result: WatermarkResult,
-    now: datetime, record_times: dict[tuple[str, int, int], int],
+    now: datetime, record_times: dict[tuple[str, int, int], int], record_misses: dict[tuple[str, int, int], str],
+    records_later=None,
 ) -> None:
     """Evaluate every pipeline of a cluster poll with the pure rules of streamoffsets.evaluation."""
     if not pipelines:
@@ -358,6 +367,8 @@ def _pipelines_evaluate(
     store_names = dict(Store.objects.filter(pk__in={p.store_id for p in pipelines}).values_list("pk", "name"))
     evaluations, incidents_new, incidents_changed = [], [], []
     series_of: dict[str, TopicSeries] = {}  # built once per topic, shared by its pipelines
+    if records_later is not None:
+        record_times, record_misses = records_later()
     for pipeline in pipelines:
         marks = {p: (w.low, w.high) for p, w in result.by_topic[pipeline.topic].items()}
         series = series_of.get(pipeline.topic)
@@ -368,7 +379,7 @@ def _pipelines_evaluate(
             series = series_of[pipeline.topic] = _topic_series(history)
         evaluated = _pipeline_evaluation(pipeline, committed.get(pipeline.pk, {}), marks,
                                          recent.get(pipeline.pk, [])[-n:], series, now, record_times,
-                                         written.get(pipeline.pk))
+                                         written.get(pipeline.pk), record_misses)
         for twin in twins[(pipeline.topic, pipeline.group)]:
             mine, theirs = committed.get(pipeline.pk, {}), committed.get(twin.pk, {})
             if twin.pk != pipeline.pk and mine and theirs and evaluation.drift(mine, theirs):
@@ -444,6 +455,7 @@ def _pipeline_evaluation(
     pipeline: Pipeline, committed: dict[int, int], marks: dict[int, tuple[int, int]], recent: list[WindowSample],
     series: TopicSeries, now: datetime, record_times: dict[tuple[str, int, int], int],
     written_ms: dict[int, int] | None = None,
+    record_misses: dict[tuple[str, int, int], str] | None = None,
 ) -> PipelineEvaluation:
     """One pipeline's evaluation from data already in memory (no queries). `written_ms`: when
     each partition was last written, where the store says (dashboard.partition_writes)."""
@@ -495,11 +507,18 @@ def _pipeline_evaluation(
         elif e.committed is not None and e.high is not None:
             # A partition at the high watermark of this cycle (the newest sample) is caught up:
             # rule 1 of lag_seconds, without walking its history.
-            record_ms = record_times.get((pipeline.topic, e.partition, e.committed))
+            position = (pipeline.topic, e.partition, e.committed)
+            record_ms = record_times.get(position)
             if e.lag == 0:
                 tl = CAUGHT_UP
             elif record_ms is not None:
                 tl = evaluation.lag_seconds_from_record(record_ms, now.timestamp())
+            elif e.lag > 0:
+                # The record's own time is not known (gone, or not read this cycle): estimated
+                # from the high watermark samples, with the reason beside it.
+                no_record = "record deleted by retention" if e.state is evaluation.PartitionState.LOW_OUT_OF_RANGE else (
+                    (record_misses or {}).get(position))
+                tl = evaluation.lag_seconds_without_record(e.committed, highs.get(e.partition, []), now.timestamp(), no_record)
             else:
                 tl = evaluation.lag_seconds(e.committed, highs.get(e.partition, []), now.timestamp())
             row["lag_seconds"], row["lag_method"] = tl.seconds, tl.method

@@ -327,9 +327,9 @@ RETENTION_HOUR_S = env_float("OFFSETWATCH_RETENTION_HOUR", 30 * 24 * 3600.0)
 RETENTION_BATCHES_S = env_float("OFFSETWATCH_RETENTION_BATCHES", 30 * 24 * 3600.0)
 PRUNE_INTERVAL_S = env_float("OFFSETWATCH_PRUNE_INTERVAL", 3600.0)
 KAFKA_LIST_OFFSETS_CHUNK = env_int("OFFSETWATCH_LIST_OFFSETS_CHUNK", 500)
-# Lag in seconds from the record at the committed offset (exact) for the most lagging partitions
-# of each cluster, up to this many per cycle (one small fetch each); the others are interpolated.
-RECORD_TIMESTAMP_PARTITIONS = env_int("OFFSETWATCH_RECORD_TIMESTAMP_PARTITIONS", 200)
+# Lag in seconds from the record at each committed position (exact): at most this many positions
+# read per cluster poll (0: interpolation only); budget in the lag-in-seconds block at the end.
+RECORD_TIMESTAMP_PARTITIONS = env_int("OFFSETWATCH_RECORD_TIMESTAMP_PARTITIONS", 100_000)
 
 # Rewinds: a request expires if not approved within APPROVAL_TTL, an approval if no job claims it
 # within CLAIM_TTL; an applied rewind with no batch seen within VERIFY_TIMEOUT fails.
@@ -497,3 +497,9 @@ MIDDLEWARE.insert(0, "dashboard.api_errors.ApiJsonErrorsMiddleware")
 # does not hold the cluster's poll longer (a quarter interval at most: the cadence is kept).
 CLUSTER_WAIT_FOR_STORES_S = env_float("OFFSETWATCH_CLUSTER_WAIT_FOR_STORES",
                                       min(2.0, POLL_INTERVAL_S / 4, IO_TIMEOUT_S))
+# --- Lag in seconds from every group's own record (issue #13: docs/LAG_SECONDS.md) -------------
+# The record reads of one cluster poll may take BASE + PER_POSITION ms per position read, at most
+# MAX seconds; positions left unread are read first the next cycle.
+RECORD_TIMESTAMP_BUDGET_BASE_S = env_float("OFFSETWATCH_RECORD_TIMESTAMP_BUDGET_BASE", 2.0)
+RECORD_TIMESTAMP_BUDGET_PER_POSITION_MS = env_float("OFFSETWATCH_RECORD_TIMESTAMP_BUDGET_PER_POSITION", 0.5)
+RECORD_TIMESTAMP_BUDGET_MAX_S = env_float("OFFSETWATCH_RECORD_TIMESTAMP_BUDGET_MAX", max(5.0, POLL_SOFT_TIME_LIMIT_S / 3))

@@ -343,6 +343,44 @@ def lag_seconds_from_record(record_ms: int, now_s: float) -> TimeLag:
     return TimeLag(max(0.0, now_s - record_ms / 1000), "record timestamp")
 
 
+def lag_seconds_without_record(
+    committed: int, high_samples: Sequence[tuple[float, int]], now_s: float, no_record: str | None = None
+) -> TimeLag:
+    """Lag in seconds of a lagging partition whose record at the committed offset was not read
+    (`no_record` says why: gone, or not read this cycle). Rules:
+    1. lag_seconds (interpolation in the high watermark samples) where it knows;
+    2. else, the high watermark unchanged over two or more samples (an idle topic): the unread
+       record was written before the high watermark was first seen at its value, so the lag is
+       at least now minus that time ("at least: ...");
+    3. else unknown, never 0.
+    The reason there is no record is added to the method either way, so a number's source and
+    an absent number's cause are both shown.
+    """
+    tl = lag_seconds(committed, high_samples, now_s)
+    if tl.seconds is None:
+        since = _high_unchanged_since(high_samples)
+        if since is not None and since < now_s:
+            tl = TimeLag(now_s - since, "at least: high watermark flat since first sampled")
+    if not no_record:
+        return tl
+    if tl.seconds is None:
+        return TimeLag(None, f"unknown: {no_record}; {tl.method.removeprefix('unknown: ')}")
+    return TimeLag(tl.seconds, f"{tl.method} ({no_record})")
+
+
+def _high_unchanged_since(high_samples: Sequence[tuple[float, int]]) -> float | None:
+    """The time the newest high watermark value was first sampled, if two or more samples hold it."""
+    ordered = sorted(high_samples)
+    if len(ordered) < 2 or ordered[-2][1] != ordered[-1][1]:
+        return None
+    since = ordered[-1][0]
+    for t, h in reversed(ordered):
+        if h != ordered[-1][1]:
+            break
+        since = t
+    return since
+
+
 def pipeline_lag_seconds(partitions: Sequence[tuple[int, int | None, TimeLag]]) -> TimeLag:
     """A pipeline's lag in seconds from its partitions' (partition, lag, time lag). Rules:
     0. a partition out of range (its time lag is None with a method starting "out of range")

@@ -27,6 +27,18 @@ class WatermarkResult:
     missing: dict[str, str] = field(default_factory=dict)
 
 
+Position = tuple[str, int, int]  # (topic, partition, offset)
+
+
+@dataclass
+class RecordTimes:
+    """What a read of the records at committed positions found."""
+
+    found: dict[Position, int] = field(default_factory=dict)  # position -> record timestamp (epoch ms)
+    gone: dict[Position, str] = field(default_factory=dict)  # position -> why there is no record to read
+    unread: list[Position] = field(default_factory=list)  # not reached within the budget
+
+
 class KafkaWatermarkReader:
     def __init__(
         self, bootstrap_servers: str, timeout_s: float = 5.0, config: dict | None = None, chunk_size: int = 500
@@ -47,6 +59,7 @@ class KafkaWatermarkReader:
             "reconnect.backoff.max.ms": 1000,
         }
         conf.update(config or {})
+        self._config = dict(config or {})  # the cluster's client properties, for the record consumer too
         self._admin = AdminClient(conf)
 
     def ping(self, timeout_s: float) -> None:
@@ -161,6 +174,111 @@ class KafkaWatermarkReader:
         finally:
             consumer.close()
         return {key: ts for key, ts in found.items() if ts > 0}
+
+    def record_timestamps_at(
+        self, positions: list[Position], budget_s: float, partitions_per_consumer: int = 1000
+    ) -> RecordTimes:
+        """The timestamp (epoch ms) of the record at each (topic, partition, offset): the write
+        time of a group's next unprocessed message, for lag in seconds. Several positions may
+        share a partition (one per group reading it).
+
+        Consumers without group membership (nothing committed, the cluster's client properties),
+        one after the other, each assigned up to `partitions_per_consumer` partitions (one
+        consumer with 10,000 partitions spent seconds of CPU in the client on some runs, 1,000 a
+        consumer never did), in the order of `positions` (the most wanted first). Each partition
+        starts at its lowest wanted offset; after each wanted record the consumer moves on to the
+        partition's next one (reading on when it is the next record, seeking otherwise), and
+        pauses the partition after its last. A record that is not there (offsets skipped by
+        compaction or transaction markers, deleted by retention) or has no timestamp is in
+        `gone` with the reason; positions not reached within `budget_s` in all are in `unread`.
+        """
+        out = RecordTimes()
+        wanted: dict[tuple[str, int], list[int]] = {}
+        for topic, partition, offset in positions:
+            wanted.setdefault((topic, partition), []).append(offset)
+        for offsets in wanted.values():
+            offsets[:] = sorted(set(offsets))
+        keys = list(wanted)
+        deadline = time.monotonic() + budget_s
+        for start in range(0, len(keys), partitions_per_consumer):
+            chunk = {key: wanted[key] for key in keys[start:start + partitions_per_consumer]}
+            if time.monotonic() < deadline:
+                self._read_records(chunk, deadline, out)
+            else:
+                out.unread.extend((t, p, o) for (t, p), offsets in chunk.items() for o in offsets)
+        return out
+
+    def _read_records(self, wanted: dict[tuple[str, int], list[int]], deadline: float, out: RecordTimes) -> None:
+        """One consumer's share of record_timestamps_at: `wanted` partition -> sorted offsets."""
+        conf = {
+            "bootstrap.servers": self.bootstrap,
+            "group.id": "offset-watch-record-timestamps",  # required by the client; never joined
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",  # a deleted position is reported, not silently skipped
+            "socket.timeout.ms": int(self.timeout_s * 1000),
+            "max.partition.fetch.bytes": 4096,  # a batch larger than this still comes whole
+            "fetch.wait.max.ms": 50,
+            "reconnect.backoff.max.ms": 1000,
+        }
+        conf.update(self._config)
+        consumer = Consumer(conf)
+        at = {key: 0 for key in wanted}  # index of the partition's next wanted offset
+        remaining = sum(len(offsets) for offsets in wanted.values())
+
+        def settle(key: tuple[str, int], offset: int, ms: int | None, why: str | None) -> None:
+            nonlocal remaining
+            position = (key[0], key[1], offset)
+            if ms is not None:
+                out.found[position] = ms
+            else:
+                out.gone[position] = why
+            at[key] += 1
+            remaining -= 1
+
+        try:
+            consumer.assign([TopicPartition(t, p, offsets[0]) for (t, p), offsets in wanted.items()])
+            while remaining and time.monotonic() < deadline:
+                # consume() waits until it has num_messages or its timeout: ask for what is still
+                # missing, in short slices, so the call returns as soon as the records are in.
+                slice_s = max(0.01, min(0.05, deadline - time.monotonic()))
+                done: list[TopicPartition] = []  # paused together: one call, not one per partition
+                for msg in consumer.consume(num_messages=min(remaining, 100_000), timeout=slice_s):
+                    key = (msg.topic(), msg.partition())
+                    offsets = wanted.get(key)
+                    if offsets is None or at[key] >= len(offsets):
+                        continue  # not ours, or done with (a record fetched before the pause)
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                            # auto.offset.reset=error: the offset is no longer in the log.
+                            settle(key, offsets[at[key]], None, "record deleted by retention")
+                        else:
+                            continue  # transient: the partition is retried until the budget ends
+                    else:
+                        m = msg.offset()
+                        if m < offsets[at[key]]:
+                            continue  # fetched before the last seek
+                        while at[key] < len(offsets) and offsets[at[key]] < m:
+                            settle(key, offsets[at[key]], None,
+                                   f"no record at offset {offsets[at[key]]:,} (compacted or a transaction marker)")
+                        if at[key] < len(offsets) and offsets[at[key]] == m:
+                            kind, ts = msg.timestamp()
+                            if kind != TIMESTAMP_NOT_AVAILABLE and ts > 0:
+                                settle(key, m, ts, None)
+                            else:
+                                settle(key, m, None, "the record has no timestamp")
+                    if at[key] >= len(offsets):
+                        done.append(TopicPartition(*key))  # all its positions read: fetch it no more
+                    elif err is not None or offsets[at[key]] != msg.offset() + 1:
+                        consumer.seek(TopicPartition(key[0], key[1], offsets[at[key]]))
+                if done:
+                    consumer.pause(done)
+        except KafkaException as exc:
+            raise StoreUnreachable(self.name, "Fetch", f"cannot read records for their timestamps: {exc}") from exc
+        finally:
+            consumer.close()
+        out.unread.extend((t, p, o) for (t, p), offsets in wanted.items() for o in offsets[at[(t, p)]:])
 
     def offsets_for_time(self, topic: str, timestamp_ms: int) -> dict[int, int]:
         """Per partition, the first offset whose record timestamp is at or after `timestamp_ms`

@@ -1,0 +1,131 @@
+"""Which records a cluster poll reads for lag in seconds, within its budget, and what it remembers.
+
+Every distinct committed position (topic, partition, offset) of the cluster's pipelines with
+unread records is a position: three groups at different offsets of one partition are three
+positions, each its group's own next unread record. A record's timestamp never changes, so what
+was read is kept (in Redis, per cluster) for as long as some group still sits at that offset:
+an idle or stuck group costs one read, not one per cycle. The positions left unread by a cycle
+(over its time budget or its cap) are read first the next cycle, so every position is reached
+within a few cycles whatever the budget.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+
+import redis
+from django.conf import settings
+
+from collectors.readers import read_record_timestamps
+from collectors.redis_keys import RECORD_TIMES_PREFIX
+from dashboard import selectors
+from streamoffsets.errors import OffsetStoreError
+
+log = logging.getLogger(__name__)
+
+Position = tuple[str, int, int]
+OVER_BUDGET = "record not read: over this cycle's budget"  # read first next cycle
+
+
+@dataclass
+class CycleRecordTimes:
+    found: dict[Position, int] = field(default_factory=dict)  # position -> record timestamp (epoch ms)
+    missing: dict[Position, str] = field(default_factory=dict)  # position -> why it has no record time
+    warning: str | None = None  # for the cluster's health row
+
+
+def budget_s(positions: int) -> float:
+    """The time the record reads of one poll may take: a base plus a share per position,
+    capped (OFFSETWATCH_RECORD_TIMESTAMP_BUDGET_*)."""
+    return min(settings.RECORD_TIMESTAMP_BUDGET_MAX_S,
+               settings.RECORD_TIMESTAMP_BUDGET_BASE_S + positions * settings.RECORD_TIMESTAMP_BUDGET_PER_POSITION_MS / 1000)
+
+
+def cycle_record_times(
+    cluster, marks: dict[str, dict[int, tuple[int, int]]], topics_of: dict[int, str], committed: dict[int, dict[int, int]],
+    timeout_s: float,
+) -> CycleRecordTimes:
+    """The record timestamps at this cycle's positions: remembered ones, then reads (the
+    positions left unread last cycle first, then the most lagging), within the budget."""
+    out = CycleRecordTimes()
+    cap = settings.RECORD_TIMESTAMP_PARTITIONS
+    if cap <= 0:
+        return out  # record reads off: interpolation only
+    positions, deleted = selectors.record_positions(topics=topics_of, committed=committed, marks=marks)
+    out.missing.update((pos, "record deleted by retention") for pos in deleted)
+    if not positions:
+        _save(cluster.pk, {}, [])
+        return out
+    known, pending = _load(cluster.pk)
+    todo = []
+    for pos in positions:
+        if pos in known:
+            value = known[pos]
+            if isinstance(value, int):
+                out.found[pos] = value
+            else:
+                out.missing[pos] = value
+        else:
+            todo.append(pos)
+    # Left unread last cycle: first (sorted is stable: the rest stay most lagging first).
+    todo.sort(key=lambda pos: pos not in pending)
+    todo, cut = todo[:cap], todo[cap:]
+    unread = list(cut)
+    if todo:
+        try:
+            read = read_record_timestamps(cluster.bootstrap_servers, todo, timeout_s=timeout_s, budget_s=budget_s(len(todo)),
+                                          config=selectors.kafka_client_config(cluster_name=cluster.name))
+        except OffsetStoreError as exc:
+            out.warning = f"record timestamps not read ({exc}); lag in seconds interpolated"
+            for pos in todo:
+                out.missing[pos] = "record not read (the broker did not answer)"
+        else:
+            out.found.update(read.found)
+            out.missing.update(read.gone)
+            unread = read.unread + unread
+            if read.unread:
+                out.warning = (f"{len(read.unread):,} of {len(todo):,} record timestamps not read within this cycle's "
+                               f"budget ({budget_s(len(todo)):.1f} s): read first next cycle")
+    for pos in unread:
+        out.missing[pos] = OVER_BUDGET
+    remembered: dict[Position, int | str] = {pos: out.found[pos] for pos in positions if pos in out.found}
+    # A record gone stays gone (compacted, no timestamp): remembered too; "not read" is not.
+    remembered.update((pos, why) for pos, why in out.missing.items() if why.startswith(("no record", "the record has")))
+    _save(cluster.pk, remembered, unread)
+    return out
+
+
+def _key(cluster_pk: int) -> str:
+    return f"{RECORD_TIMES_PREFIX}{cluster_pk}"
+
+
+def _load(cluster_pk: int) -> tuple[dict[Position, int | str], set[Position]]:
+    from collectors.locks import redis_client
+
+    try:
+        raw = redis_client().get(_key(cluster_pk))
+    except redis.exceptions.RedisError as exc:
+        log.warning("record timestamps remembered in Redis not read (%s): all are read again", exc)
+        return {}, set()
+    if not raw:
+        return {}, set()
+    try:
+        data = json.loads(raw)
+        known = {(t, p, o): v for t, p, o, v in data["known"]}
+        pending = {(t, p, o) for t, p, o in data["pending"]}
+    except (ValueError, KeyError, TypeError):
+        return {}, set()  # written by another version: start over
+    return known, pending
+
+
+def _save(cluster_pk: int, known: dict[Position, int | str], pending: list[Position]) -> None:
+    """Only this cycle's positions are kept: the key holds at most one entry per position."""
+    from collectors.locks import redis_client
+
+    data = json.dumps({"known": [[t, p, o, v] for (t, p, o), v in known.items()],
+                       "pending": [list(pos) for pos in pending]}, separators=(",", ":"))
+    try:
+        redis_client().set(_key(cluster_pk), data, ex=int(max(3600, 10 * settings.POLL_INTERVAL_S)))
+    except redis.exceptions.RedisError as exc:
+        log.warning("record timestamps not remembered in Redis (%s): they are read again next cycle", exc)
