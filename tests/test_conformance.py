@@ -27,7 +27,7 @@ from dashboard import services
 from dashboard.models import Pipeline, StoreProblem
 from dashboard.roles import VIEWER
 from pipeline.producer import ensure_topic, produce
-from tests.corpus import KINDS, STORE_KIND, Expect, Part, Row, World, check_pipeline
+from tests.corpus import KINDS, STORE_KIND, Expect, Part, Row, World, check_pipeline, spark_batch
 from tests.factories import person
 
 pytestmark = pytest.mark.django_db
@@ -307,6 +307,59 @@ def thousand_partitions(w: World) -> dict[str, Expect]:
         100, "OK", NORMAL, lag_seconds_method=RECORD)}
 
 
+# --- more situations real platforms produce ---------------------------------------------------------
+
+
+def checkpoint_mid_batch(w: World) -> dict[str, Expect]:
+    """Spark wrote offsets/3 and is running batch 3 (no commits/3): the position is batch 2's."""
+    topic = _topic(w, "orders", 2, 40)  # 20 per partition
+    query = w.unique_name("enricher")
+    now_ms = int(time.time() * 1000)
+    for batch_id in range(3):  # committed: 4, 8, 12 per partition
+        w.commit(topic, query, {0: 4 * batch_id + 4, 1: 4 * batch_id + 4}, batch_ms=now_ms - 3000 + batch_id * 1000)
+    spark_batch(w.root / query, 3, topic, {0: 18, 1: 20}, now_ms, committed=False)
+    collect_once_clean()
+    pipeline = Pipeline.objects.get(store=w.store, group=query)
+    batches = w.api.get(f"/api/v1/pipelines/{pipeline.pk}/batches").json()["batches"]
+    assert [(b["batch_id"], b["committed"], b["offsets"]) for b in batches] == [
+        (3, False, {"0": 18, "1": 20}), (2, True, {"0": 12, "1": 12}), (1, True, {"0": 8, "1": 8}),
+        (0, True, {"0": 4, "1": 4})]
+    return {query: Expect({0: Part(12, 8, LAGGING, RECORD), 1: Part(12, 8, LAGGING, RECORD)}, 16, "OK", NORMAL,
+                          lag_seconds_method=RECORD)}
+
+
+def some_partitions_never_committed(w: World) -> dict[str, Expect]:
+    """Four partitions; the group's consumers committed only partitions 0 and 2 (the others'
+    consumer never finished a batch): 1 and 3 are "missing in store", never "caught up"."""
+    topic = _topic(w, "invoices", 4, 20)  # 5 per partition
+    group = w.unique_name("biller")
+    w.commit(topic, group, {0: 5, 2: 1})
+    collect_once_clean()
+    absent = "no stored offset for this partition"
+    return {group: Expect(
+        {0: Part(5, 0, OK, CAUGHT_UP), 1: Part(None, None, MISSING, "", absent, high=5),
+         2: Part(1, 4, LAGGING, RECORD), 3: Part(None, None, MISSING, "", absent, high=5)},
+        4, "OK", NORMAL, lag_seconds_method=RECORD)}
+
+
+def one_partition_stuck(w: World) -> dict[str, Expect]:
+    """Issue #13 observation 4: partitions 0-2 re-committed at the same offset while their
+    messages wait (a consumer thread stuck on a poison message), partition 3 advancing."""
+    topic = _topic(w, "trades", 4, 40)  # 10 per partition
+    group = w.unique_name("settler")
+    w.commit(topic, group, {0: 2, 1: 2, 2: 2, 3: 2})
+    collect_once_clean()
+    for step in range(1, 5):
+        time.sleep(1.0)
+        w.commit(topic, group, {0: 2, 1: 2, 2: 2, 3: 2 + step})
+        collect_once_clean()
+    part = Part(2, 8, LAGGING, RECORD)
+    # main now: the pipeline rules see batches keep coming and partition 3 move: "consuming
+    # normally". With the partition-level rules partitions 0-2 are STALLED (each its own reason).
+    return {group: Expect({0: part, 1: part, 2: part, 3: Part(6, 4, LAGGING, RECORD)}, 28, "OK", NORMAL,
+                          lag_seconds_method=RECORD)}
+
+
 def collect_once_clean() -> None:
     summary = collect_once()
     assert summary.errors == [], summary.errors
@@ -326,6 +379,11 @@ ROWS = [
     Row("a 250-character topic and a 1,001-character group id are named problems", ("zookeeper",),
         names_too_long),
     Row("1,000 partitions in one pipeline", ("kafka-group",), thousand_partitions),
+    Row("a checkpoint mid-batch: offsets/N written, commits/N not yet", ("checkpoint",), checkpoint_mid_batch),
+    Row("a group that committed only some partitions", ("kafka-group", "zookeeper", "hbase", "file"),
+        some_partitions_never_committed),
+    Row("partitions 0-2 stuck (re-committed unchanged) while partition 3 advances", ("zookeeper", "file"),
+        one_partition_stuck),
 ]
 
 
