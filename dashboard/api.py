@@ -228,6 +228,8 @@ _PARTITION_FIELDS = ("partition", "committed", "low", "high", "lag", "state", "m
 def _partition_json(row: dict) -> dict:
     out = {key: row.get(key) for key in _PARTITION_FIELDS}
     out["lag_method"] = out["lag_method"] or ""
+    # Rows evaluated before #13 lack the key: false (what every non-compacted topic says).
+    out["lag_is_upper_bound"] = bool(row.get("lag_is_upper_bound"))
     return out
 
 

@@ -34,6 +34,7 @@ class Part:
     method: str = ""
     lag_absent: str | None = None
     high: int | None = None  # the high watermark; when None, committed + lag (both must be known)
+    upper_bound: bool = False  # the lag counts offsets with gaps (a compacted topic): at most that many
 
 
 @dataclass
@@ -187,6 +188,7 @@ def check_pipeline(detail: dict, partitions_answer: dict, expect: Expect, elapse
         # Tansu never moves the low watermark (delete_records is unsupported): low 0, nothing lost,
         # so the retention margin is the committed offset and no deadline exists.
         assert (got["low"], got["high"], got["messages_lost"]) == (0, high, 0), (p, got)
+        assert got["lag_is_upper_bound"] is want.upper_bound, (p, got)
         assert (got["retention_margin"], got["retention_seconds_left"]) == \
             (want.committed if in_range else None, None), (p, got)
         if want.method == "caught up":
