@@ -12,7 +12,7 @@ Fields that the two other parts of #13 still change are asserted as main reports
 a comment `# main now:` saying what changes when they land: lag in seconds from the record at
 every group's position (today only the most lagging group's position per partition is read, so
 the other groups' lagging partitions are "unknown" until the high watermark has moved), and
-partition-level STALLED/STOPPED (no row here runs long enough for either).
+partition-level STALLED/STOPPED (the stuck-partitions row reports "consuming normally" today).
 """
 from __future__ import annotations
 
@@ -372,6 +372,7 @@ ROWS = [
     Row("an idle topic with lagging and caught-up groups", KINDS, idle_topic),
     Row("a transactional producer's topic: markers take offsets", ("kafka-group",), transactional_topic),
     Row("a compacted topic: lag in messages is an upper bound", ("kafka-group", "zookeeper"), compacted_topic),
+    # Not on a Kafka group: Kafka deletes a group's committed offsets with the topic.
     Row("a topic deleted and re-created", ("zookeeper", "file", "hbase", "checkpoint"), topic_recreated),
     Row("partitions added to a topic", ("zookeeper", "kafka-group"), partitions_added,
         seam="fed at the watermark seam: Tansu 0.6 does not support CreatePartitions"),
