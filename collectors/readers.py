@@ -143,7 +143,29 @@ def read_watermarks(
     reader = KafkaWatermarkReader(bootstrap, timeout_s=timeout_s, chunk_size=chunk_size, config=config)
     if ping_timeout_s and topics:  # no topic tracked: nothing is asked of the brokers
         reader.ping(ping_timeout_s)
-    return reader.watermarks(sorted(set(topics)))
+    result = reader.watermarks(sorted(set(topics)))
+    result.compacted = compacted_topics(reader, bootstrap, list(result.by_topic))
+    return result
+
+
+# A topic's cleanup.policy is read once per TOPIC_POLICY_MAX_AGE_S (the store discovery interval's
+# default): it rarely changes, and one DescribeConfigs per cycle would cost a round trip for
+# nothing. Per process, keyed by cluster and topic: (compacted, monotonic time read).
+TOPIC_POLICY_MAX_AGE_S = 60.0
+_topic_policies: dict[tuple[str, str], tuple[bool, float]] = {}
+
+
+def compacted_topics(reader: KafkaWatermarkReader, bootstrap: str, topics: list[str],
+                     max_age_s: float = TOPIC_POLICY_MAX_AGE_S) -> set[str]:
+    import time
+
+    now = time.monotonic()
+    stale = [t for t in topics if now - _topic_policies.get((bootstrap, t), (False, -1e18))[1] > max_age_s]
+    if stale:
+        read = reader.compacted_topics(stale)
+        for topic in stale:  # an unreadable one is asked again only after max_age_s too
+            _topic_policies[(bootstrap, topic)] = (read.get(topic, False), now)
+    return {t for t in topics if _topic_policies[(bootstrap, t)][0]}
 
 
 def read_record_timestamps(

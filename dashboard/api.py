@@ -232,6 +232,8 @@ def _partition_json(row: dict) -> dict:
     # Evaluations stored before the partition rules have no partition status (replaced next cycle).
     out["status"] = out["status"] or "OK"
     out["status_reason"] = out["status_reason"] or ""
+    # Rows evaluated before #13 lack the key: false (what every non-compacted topic says).
+    out["lag_is_upper_bound"] = bool(row.get("lag_is_upper_bound"))
     return out
 
 

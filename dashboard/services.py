@@ -380,6 +380,9 @@ def _pipelines_evaluate(
         evaluated = _pipeline_evaluation(pipeline, committed.get(pipeline.pk, {}), marks,
                                          recent.get(pipeline.pk, [])[-n:], series, now, record_times,
                                          written.get(pipeline.pk), record_misses)
+        if pipeline.topic in result.compacted:  # offsets with gaps: the lag counts offsets, not messages
+            for row in evaluated.partitions:
+                row["lag_is_upper_bound"] = row["lag"] is not None
         for twin in twins[(pipeline.topic, pipeline.group)]:
             mine, theirs = committed.get(pipeline.pk, {}), committed.get(twin.pk, {})
             if twin.pk != pipeline.pk and mine and theirs and evaluation.drift(mine, theirs):

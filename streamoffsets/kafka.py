@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import time
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
 from streamoffsets.errors import OffsetStoreError, StoreUnreachable
 from streamoffsets.types import Watermarks
@@ -25,6 +25,9 @@ class MissingTopic(OffsetStoreError):
 class WatermarkResult:
     by_topic: dict[str, dict[int, Watermarks]] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
+    # Topics whose cleanup.policy includes "compact": the log cleaner leaves offset gaps, so
+    # high - committed counts offsets, an upper bound on the messages left (issue #13).
+    compacted: set[str] = field(default_factory=set)
 
 
 Position = tuple[str, int, int]  # (topic, partition, offset)
@@ -290,6 +293,27 @@ class KafkaWatermarkReader:
         missing = [TopicPartition(topic, p) for p in partitions if by_time[(topic, p)] < 0]
         ends = self._list_offsets(missing, OffsetSpec.latest()) if missing else {}
         return {p: by_time[(topic, p)] if by_time[(topic, p)] >= 0 else ends[(topic, p)] for p in partitions}
+
+    def compacted_topics(self, topics: list[str]) -> dict[str, bool]:
+        """Per topic, whether its cleanup.policy includes "compact" (DescribeConfigs, one request
+        for all). A topic whose configuration cannot be read (no DescribeConfigs permission, gone)
+        is left out: nothing is claimed about it, and the watermarks are read all the same."""
+        if not topics:
+            return {}
+        try:
+            futures = self._admin.describe_configs(
+                [ConfigResource(ResourceType.TOPIC, t) for t in topics], request_timeout=self.timeout_s)
+        except KafkaException:
+            return {}
+        out = {}
+        for resource, fut in futures.items():
+            try:
+                entry = fut.result(timeout=self.timeout_s * 2).get("cleanup.policy")
+            except Exception:  # noqa: BLE001 - per topic, as above
+                continue
+            policies = (entry.value or "") if entry is not None else ""
+            out[resource.name] = "compact" in [p.strip() for p in policies.split(",")]
+        return out
 
     def topic_watermarks(self, topic: str) -> dict[int, Watermarks]:
         """One topic's watermarks; MissingTopic if it does not exist."""

@@ -66,3 +66,44 @@ def test_record_timestamps_are_read_with_the_clusters_client_config(stack, uniqu
         configured.watermarks([topic])
     with pytest.raises(StoreUnreachable, match="cannot read records for their timestamps"):
         configured.record_timestamps({(topic, 0): 1})
+
+
+def test_compacted_topics_are_named_from_their_cleanup_policy(stack, unique_name):
+    """Issue #13 (conformance corpus): a compacted topic's lag counts offsets with gaps, an upper
+    bound; the policy is read with DescribeConfigs, a topic it cannot read is left out."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    names = {policy: unique_name("cp") for policy in ("compact", "delete", "compact,delete")}
+    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
+    futures = admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1, config={"cleanup.policy": p})
+                                   for p, t in names.items()])
+    for future in futures.values():
+        future.result(10)
+    reader = KafkaWatermarkReader(stack.kafka_bootstrap)
+    got = reader.compacted_topics([*names.values(), unique_name("absent")])
+    assert {t: got.get(t) for t in names.values()} == {
+        names["compact"]: True, names["delete"]: False, names["compact,delete"]: True}
+    assert reader.compacted_topics([]) == {}
+
+
+def test_topic_policies_are_read_once_per_max_age(monkeypatch):
+    """One DescribeConfigs per topic per TOPIC_POLICY_MAX_AGE_S, not one per cycle (a fake reader
+    at the seam counts the asks)."""
+    from collectors import readers
+
+    asked = []
+
+    class Reader:
+        def compacted_topics(self, topics):
+            asked.append(sorted(topics))
+            return {"profiles": True}  # "gone" unreadable: left out
+
+    clock = [1000.0]
+    monkeypatch.setattr(readers, "_topic_policies", {})
+    monkeypatch.setattr("time.monotonic", lambda: clock[0])
+    assert readers.compacted_topics(Reader(), "b:9092", ["profiles", "orders"], max_age_s=60) == {"profiles"}
+    clock[0] += 30
+    assert readers.compacted_topics(Reader(), "b:9092", ["profiles", "orders", "gone"], max_age_s=60) == {"profiles"}
+    clock[0] += 31  # profiles and orders are 61 s old, gone 31 s
+    assert readers.compacted_topics(Reader(), "b:9092", ["profiles", "orders", "gone"], max_age_s=60) == {"profiles"}
+    assert asked == [["orders", "profiles"], ["gone"], ["orders", "profiles"]]
