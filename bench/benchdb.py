@@ -1,4 +1,5 @@
-"""A fresh PostgreSQL database for a benchmark, with Django set up on it and migrated."""
+"""A fresh PostgreSQL database for a benchmark, with Django set up on it and migrated; a lone
+Tansu broker; both around a benchmark's body."""
 from __future__ import annotations
 
 import os
@@ -34,3 +35,31 @@ def start_lone_kafka(prefix: str):
     kafka = next(c for c in stack.components() if c.name == "kafka")
     stack.start_component(kafka, progress=lambda line: None)
     return stack, f"{LOOPBACK}:{stack.ports.kafka}"
+
+
+def with_lone_kafka_and_database(prefix: str, database: str, body) -> None:
+    """body(bootstrap) with a lone Tansu broker and a fresh migrated database `database`; both
+    gone afterwards, whatever body raised."""
+    stack, bootstrap = start_lone_kafka(prefix)
+    try:
+        fresh_django_database(database)
+        body(bootstrap)
+    finally:
+        stack.stop_component("kafka")
+        from django.db import connections
+
+        connections.close_all()
+        subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c",
+                        f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"], check=False)
+
+
+def create_topics(bootstrap: str, topics: list[str], partitions: int) -> None:
+    """Create the topics, 50 per request (Tansu answers a large CreateTopics slowly)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for i in range(0, len(topics), 50):
+        futures = admin.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1)
+                                       for t in topics[i:i + 50]])
+        for f in futures.values():
+            f.result(60)

@@ -14,7 +14,6 @@ import argparse
 import math
 import os
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from benchdb import start_lone_kafka  # noqa: E402
+from benchdb import create_topics, with_lone_kafka_and_database  # noqa: E402
 DB = "offsetwatch_bench_cycle"
 
 
@@ -32,29 +31,11 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=20)
     parser.add_argument("--cycles", type=int, default=3)
     args = parser.parse_args()
-    stack, bootstrap = start_lone_kafka("ow-cycle-")
-    subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"DROP DATABASE IF EXISTS {DB}"],
-                   check=True, capture_output=True)
-    subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"CREATE DATABASE {DB}"], check=True)
-    try:
-        run(args, bootstrap)
-    finally:
-        stack.stop_component("kafka")
-        from django.db import connections
-
-        connections.close_all()
-        subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)"], check=False)
+    with_lone_kafka_and_database("ow-cycle-", DB, lambda bootstrap: run(args, bootstrap))
 
 
 def run(args, bootstrap: str) -> None:
-    os.environ["DATABASE_URL"] = f"postgres://postgres:postgres@127.0.0.1:5432/{DB}"
-    os.environ["DJANGO_SETTINGS_MODULE"] = "dashboard.settings"
-    import django
-
-    django.setup()
     from confluent_kafka import Consumer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
-    from django.core.management import call_command
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -63,15 +44,9 @@ def run(args, bootstrap: str) -> None:
     from streamoffsets.kafka import KafkaWatermarkReader
     from streamoffsets.kafka_groups import KafkaGroupOffsetStore
 
-    call_command("migrate", verbosity=0)
     topics = [f"bench-{i:04d}" for i in range(args.pipelines)]
-    admin = AdminClient({"bootstrap.servers": bootstrap})
     t0 = time.perf_counter()
-    for i in range(0, len(topics), 50):
-        futures = admin.create_topics([NewTopic(t, num_partitions=args.partitions, replication_factor=1)
-                                       for t in topics[i:i + 50]])
-        for f in futures.values():
-            f.result(60)
+    create_topics(bootstrap, topics, args.partitions)
     for topic in topics:  # each job committed a position (the topics are empty: lag 0, same work)
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-job", "enable.auto.commit": False})
         consumer.commit(offsets=[TopicPartition(topic, p, 0) for p in range(args.partitions)], asynchronous=False)

@@ -16,8 +16,6 @@ Run: REDIS_URL=redis://127.0.0.1:6379/9 .venv/bin/python bench/lag_seconds.py [-
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from benchdb import start_lone_kafka  # noqa: E402
+from benchdb import create_topics, with_lone_kafka_and_database  # noqa: E402
 DB = "offsetwatch_bench_lagsec"
 GROUPS = 3
 RECORDS = 4  # per partition; the groups sit at offsets 0, 1 and 2: all three lag
@@ -37,30 +35,12 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=20)
     parser.add_argument("--cycles", type=int, default=3)
     args = parser.parse_args()
-    stack, bootstrap = start_lone_kafka("ow-lagsec-")
-    subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"DROP DATABASE IF EXISTS {DB}"],
-                   check=True, capture_output=True)
-    subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"CREATE DATABASE {DB}"], check=True)
-    try:
-        run(args, bootstrap)
-    finally:
-        stack.stop_component("kafka")
-        from django.db import connections
-
-        connections.close_all()
-        subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)"], check=False)
+    with_lone_kafka_and_database("ow-lagsec-", DB, lambda bootstrap: run(args, bootstrap))
 
 
 def run(args, bootstrap: str) -> None:
-    os.environ["DATABASE_URL"] = f"postgres://postgres:postgres@127.0.0.1:5432/{DB}"
-    os.environ["DJANGO_SETTINGS_MODULE"] = "dashboard.settings"
-    import django
-
-    django.setup()
     from confluent_kafka import Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
     from django.conf import settings
-    from django.core.management import call_command
 
     from collectors.cycle import collect_once
     from collectors.locks import redis_client
@@ -68,15 +48,9 @@ def run(args, bootstrap: str) -> None:
     from dashboard import services
     from dashboard.models import PipelineEvaluation
 
-    call_command("migrate", verbosity=0)
     topics = [f"lagsec-{i:04d}" for i in range(args.pipelines)]
-    admin = AdminClient({"bootstrap.servers": bootstrap})
     t0 = time.perf_counter()
-    for i in range(0, len(topics), 50):
-        futures = admin.create_topics([NewTopic(t, num_partitions=args.partitions, replication_factor=1)
-                                       for t in topics[i:i + 50]])
-        for f in futures.values():
-            f.result(60)
+    create_topics(bootstrap, topics, args.partitions)
     # One record per batch (Tansu miscounts the high watermark of multi-record batches), each
     # partition's records a second apart and an hour old, so every position has its own time.
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1,

@@ -2,7 +2,6 @@
 and read back through the API and the pages after real collector polls."""
 from __future__ import annotations
 
-import json
 
 import pytest
 from django.urls import reverse
@@ -12,26 +11,12 @@ from dashboard import services
 from dashboard.models import Pipeline
 from dashboard.roles import VIEWER
 from pipeline.producer import ensure_topic, produce
+from tests.corpus import spark_batch
 from tests.factories import person
 
 pytestmark = pytest.mark.django_db
 
 T0 = 1_700_000_000_000
-
-
-def spark_batch(ckpt, batch_id: int, topic: str, offsets: dict[int, int], ts_ms: int, committed: bool) -> None:
-    """offsets/N (and commits/N when the batch is done) as Spark's HDFSMetadataLog leaves them:
-    compact JSON, no final newline, .crc files beside (see tests/test_store_checkpoint.py)."""
-    for sub in ("offsets", "commits"):
-        (ckpt / sub).mkdir(parents=True, exist_ok=True)
-    (ckpt / "metadata").write_text('{"id":"5f0e6b5e-7d0a-4f7c-9b9e-0c3b1d7c6a11"}')
-    meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": ts_ms, "conf": {}}, separators=(",", ":"))
-    source = json.dumps({topic: {str(p): o for p, o in offsets.items()}}, separators=(",", ":"))
-    (ckpt / "offsets" / str(batch_id)).write_text(f"v1\n{meta}\n{source}")
-    (ckpt / "offsets" / f".{batch_id}.crc").write_bytes(b"crc\x00\x01")
-    if committed:
-        (ckpt / "commits" / str(batch_id)).write_text('v1\n{"nextBatchWatermarkMs":0}')
-        (ckpt / "commits" / f".{batch_id}.crc").write_bytes(b"crc\x00\x02")
 
 
 def test_a_checkpoints_numbers_come_from_its_newest_committed_batch_not_the_planned_one(
