@@ -230,11 +230,12 @@ class StartReportAdmin(ReadOnlyAuditedAdmin):
 
 @admin.register(Incident)
 class IncidentAdmin(ReadOnlyAuditedAdmin):
-    list_display = ("pipeline", "opened_at", "closed_at", "worst_status")
+    list_display = ("pipeline", "partition", "opened_at", "closed_at", "worst_status")
     audit_kind = "incident"
 
     def audit_subject(self, obj) -> str:
-        return f"incident #{obj.pk} of {obj.pipeline} opened {obj.opened_at.isoformat(timespec='seconds')}"
+        of = obj.pipeline if obj.partition is None else f"{obj.pipeline} partition {obj.partition}"
+        return f"incident #{obj.pk} of {of} opened {obj.opened_at.isoformat(timespec='seconds')}"
 
     def audit_pipeline(self, obj):
         return obj.pipeline

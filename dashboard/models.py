@@ -248,9 +248,11 @@ class PipelineEvaluation(models.Model):
 
 
 class Incident(models.Model):
-    """A stretch of time a pipeline's status was above OK."""
+    """A stretch of time a pipeline's status was above OK (`partition` None), or one partition's
+    own status (STALLED or STOPPED by the partition rules) while its neighbours moved."""
 
     pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="incidents")
+    partition = models.IntegerField(null=True, blank=True)
     opened_at = models.DateTimeField()
     closed_at = models.DateTimeField(null=True)
     worst_status = models.PositiveSmallIntegerField()
@@ -259,8 +261,13 @@ class Incident(models.Model):
     class Meta:
         indexes = [models.Index(fields=["pipeline", "-opened_at"], name="incident_pipeline_time")]
         constraints = [
-            # At most one open incident per pipeline.
-            models.UniqueConstraint(fields=["pipeline"], condition=models.Q(closed_at=None), name="one_open_incident")
+            # At most one open incident per pipeline, and one per partition of it (two partial
+            # constraints: NULLs are distinct in a unique index, so one would not hold the first).
+            models.UniqueConstraint(fields=["pipeline"], condition=models.Q(closed_at=None, partition=None),
+                                    name="one_open_incident"),
+            models.UniqueConstraint(fields=["pipeline", "partition"],
+                                    condition=models.Q(closed_at=None, partition__isnull=False),
+                                    name="one_open_partition_incident"),
         ]
 
     @property

@@ -155,7 +155,10 @@ def cluster_names() -> list[str]:
 
 
 def open_incidents() -> list[Incident]:
-    return list(Incident.objects.filter(closed_at=None).select_related("pipeline").order_by("-worst_status", "opened_at"))
+    """The pipelines' own open incidents (a partition's is named in its pipeline's reasons, and
+    listed on the pipeline's page)."""
+    return list(Incident.objects.filter(closed_at=None, partition=None).select_related("pipeline")
+                .order_by("-worst_status", "opened_at"))
 
 
 def pipeline_incidents(*, pipeline: Pipeline, limit: int = 10) -> list[Incident]:
@@ -387,7 +390,9 @@ class Marker:
 
 def _incident_markers(*, pipeline: Pipeline, since: datetime, until: datetime) -> list[Marker]:
     markers = []
-    for i in pipeline.incidents.filter(Q(opened_at__range=(since, until)) | Q(closed_at__range=(since, until))):
+    # The pipeline's own incidents: its partitions' are named in their reasons already.
+    for i in pipeline.incidents.filter(Q(opened_at__range=(since, until)) | Q(closed_at__range=(since, until)),
+                                       partition=None):
         why = "; ".join(i.reasons[:2]) if i.reasons else ""
         if since <= i.opened_at <= until:
             markers.append(Marker(i.opened_at, "incident opened", f"{i.worst_status_name}: {why}"[:300]))

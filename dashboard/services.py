@@ -357,7 +357,14 @@ def _pipelines_evaluate(
     ).values_list("topic", "sampled_at", "partitions", "lows", "highs"):
         marks_at.setdefault(topic, {})[at] = unpack_watermarks(ids, lows, highs)
 
-    open_incidents = {i.pipeline_id: i for i in Incident.objects.filter(pipeline__in=pipelines, closed_at=None)}
+    # Open incidents: the pipelines' own, and their partitions' by pipeline.
+    open_incidents: dict[int, Incident] = {}
+    open_partition_incidents: dict[int, dict[int, Incident]] = {}
+    for i in Incident.objects.filter(pipeline__in=pipelines, closed_at=None):
+        if i.partition is None:
+            open_incidents[i.pipeline_id] = i
+        else:
+            open_partition_incidents.setdefault(i.pipeline_id, {})[i.partition] = i
     written = partition_writes.read([p.pk for p in pipelines])
     sparklines = dict(PipelineEvaluation.objects.filter(pipeline__in=pipelines).values_list("pipeline", "sparkline"))
     # One job's offsets visible in two stores (same topic and group): compare them.
@@ -396,9 +403,12 @@ def _pipelines_evaluate(
         evaluated.sparkline_svg = sparkline.svg_points(evaluated.sparkline)
         evaluated.sparkline_max = max(v for _, v in evaluated.sparkline)
         evaluations.append(evaluated)
-        change = _incident_change(pipeline, evaluated, open_incidents.get(pipeline.pk), now)
-        if change is not None:
-            (incidents_new if change.pk is None else incidents_changed).append(change)
+        changes = [_incident_change(pipeline, None, evaluated.status, evaluated.reasons,
+                                    open_incidents.get(pipeline.pk), now)]
+        changes += _partition_incident_changes(pipeline, evaluated, open_partition_incidents.get(pipeline.pk, {}), now)
+        for change in changes:
+            if change is not None:
+                (incidents_new if change.pk is None else incidents_changed).append(change)
     # An evaluation is derived and replaced every cycle: delete and insert (in this transaction)
     # costs two statements, where bulk_update builds a CASE per row and field.
     PipelineEvaluation.objects.filter(pipeline__in=pipelines).delete()
@@ -551,22 +561,43 @@ def _pipeline_evaluation(
 
 
 def _incident_change(
-    pipeline: Pipeline, evaluated: PipelineEvaluation, open_incident: Incident | None, now: datetime
+    pipeline: Pipeline, partition: int | None, status: int, reasons: list[str], open_incident: Incident | None,
+    now: datetime,
 ) -> Incident | None:
-    """A status above OK opens an incident (or raises the open one's worst); OK closes it.
-    Returns the incident to save (new when its pk is None), or None when nothing changes."""
-    if evaluated.status == evaluation.Status.OK:
+    """A status above OK opens an incident (or raises the open one's worst); OK closes it. For the
+    pipeline (`partition` None) or one of its partitions. Returns the incident to save (new when
+    its pk is None), or None when nothing changes."""
+    if status == evaluation.Status.OK:
         if open_incident is None:
             return None
         open_incident.closed_at = now
         return open_incident
     if open_incident is None:
-        return Incident(pipeline=pipeline, opened_at=now, worst_status=evaluated.status, reasons=evaluated.reasons)
-    if evaluated.status >= open_incident.worst_status:
-        open_incident.worst_status = evaluated.status
-        open_incident.reasons = evaluated.reasons
+        return Incident(pipeline=pipeline, partition=partition, opened_at=now, worst_status=status, reasons=reasons)
+    if status >= open_incident.worst_status:
+        open_incident.worst_status = status
+        open_incident.reasons = reasons
         return open_incident
     return None
+
+
+def _partition_incident_changes(
+    pipeline: Pipeline, evaluated: PipelineEvaluation, open_incidents: dict[int, Incident], now: datetime
+) -> list[Incident | None]:
+    """A partition flagged by the partition rules (STALLED, STOPPED) has its own incident, with
+    its own reason, beside the pipeline's (which names it too); it closes when the partition is
+    OK again or gone from the evaluation."""
+    if evaluated.status < evaluation.Status.STALLED and not open_incidents:
+        return []  # the pipeline takes its worst partition's status: none is flagged (the usual case)
+    statuses = {row["partition"]: (evaluation.Status[row.get("status") or "OK"], row.get("status_reason") or "")
+                for row in evaluated.partitions}
+    flagged = {p for p, (status, _) in statuses.items() if status != evaluation.Status.OK}
+    changes = []
+    for p in sorted(flagged | set(open_incidents)):
+        status, reason = statuses.get(p, (evaluation.Status.OK, ""))
+        changes.append(_incident_change(pipeline, p, int(status), [reason] if reason else [],
+                                        open_incidents.get(p), now))
+    return changes
 
 
 # --- machine tokens and start reports -----------------------------------------------------------

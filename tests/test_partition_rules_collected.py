@@ -81,7 +81,9 @@ def test_stuck_partitions_are_stalled_then_stopped_while_the_control_partition_a
         evaluated = PipelineEvaluation.objects.get(pipeline=pipeline)
         assert evaluated.status == Status.STALLED
         assert [r.split()[1] for r in evaluated.reasons] == ["0", "1", "2"]
-        assert Incident.objects.get(pipeline=pipeline, closed_at=None).worst_status == Status.STALLED
+        assert Incident.objects.get(pipeline=pipeline, partition=None, closed_at=None).worst_status == Status.STALLED
+        assert sorted(Incident.objects.filter(pipeline=pipeline, partition__isnull=False, closed_at=None)
+                      .values_list("partition", flat=True)) == [0, 1, 2]
         page = client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
         assert "partition 1 stalled at offset 22" in page
 
@@ -98,8 +100,15 @@ def test_stuck_partitions_are_stalled_then_stopped_while_the_control_partition_a
             assert "while partition 3 kept committing" in rows[p]["status_reason"]
         evaluated = PipelineEvaluation.objects.get(pipeline=pipeline)
         assert evaluated.status == Status.STOPPED
-        incident = Incident.objects.get(pipeline=pipeline, closed_at=None)  # the same incident, raised
+        incident = Incident.objects.get(pipeline=pipeline, partition=None, closed_at=None)  # the same, raised
         assert incident.worst_status == Status.STOPPED and "partition 0 stopped" in incident.reasons[0]
+        # Each stuck partition has its own incident, raised from STALLED to STOPPED, with its own
+        # reason; the control partition has none.
+        own = {i.partition: i for i in Incident.objects.filter(pipeline=pipeline, partition__isnull=False)}
+        assert sorted(own) == [0, 1, 2]
+        for p, i in own.items():
+            assert (i.closed_at, i.worst_status) == (None, Status.STOPPED)
+            assert i.reasons == [rows[p]["status_reason"]]
 
         # Recovery: every partition advances again; the flags clear and the incident closes.
         for _ in range(3):
@@ -107,6 +116,7 @@ def test_stuck_partitions_are_stalled_then_stopped_while_the_control_partition_a
         assert {r["status"] for r in rows.values()} == {"OK"}
         incident.refresh_from_db()
         assert incident.closed_at is not None
+        assert not Incident.objects.filter(pipeline=pipeline, closed_at=None).exists()  # the partitions' too
     finally:
         zk.delete(f"/consumers/{group}", recursive=True)
         zk.stop()
