@@ -121,3 +121,20 @@ def _fresh_chart_cache_and_heavy_slots(request):
     reset()
     yield
     reset()
+
+
+# --- the fast set: `pytest -m unit` runs the tests that need no server, in seconds --------------
+# A test is "unit" unless it asks for a server: a database (the django_db mark or a db fixture),
+# the local stack, a live or browser server, Spark, the deployed processes, or the mark `server`
+# (for tests that start or reach a server by other means, e.g. Redis through the code under test).
+_SERVER_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback",
+                    "live_server", "client", "admin_client", "stack", "spark", "browser", "page",
+                    "collectors_ticking"}
+_SERVER_MARKS = ("django_db", "spark", "deployed", "server")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _SERVER_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())) and not any(
+                item.get_closest_marker(m) for m in _SERVER_MARKS):
+            item.add_marker(pytest.mark.unit)

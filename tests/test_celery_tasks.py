@@ -183,6 +183,7 @@ tasks._poll_alone(sys.argv[1], poll, 0)
 """
 
 
+@pytest.mark.server
 def test_a_killed_workers_lock_is_free_within_the_short_ttl(unique_name):
     """Issue #11, observation 6: the lock lived as long as the hard time limit (45 s), so a
     killed worker blocked its source that long. A process that holds it is SIGKILLed here."""
@@ -220,6 +221,7 @@ def test_a_killed_workers_lock_is_free_within_the_short_ttl(unique_name):
     assert freed is not None and freed <= 2.5, freed
 
 
+@pytest.mark.server
 def test_the_lock_is_renewed_while_a_poll_outlasts_its_ttl(settings, unique_name):
     settings.POLL_LOCK_TTL_S = 1.0
     source = f"store:{unique_name('slow')}"

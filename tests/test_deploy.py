@@ -305,6 +305,7 @@ def test_polls_go_to_the_collect_queue_everything_else_to_default():
     assert set(app.amqp.queues) == {"collect", "default"}
 
 
+@pytest.mark.server
 def test_worker_health_check_answers_while_the_worker_runs():
     """The compose healthcheck's command against a real worker: 0 while it runs, not 0 after."""
     node = f"health-{uuid.uuid4().hex[:8]}@{socket.gethostname()}"

@@ -41,6 +41,7 @@ def test_a_crash_while_starting_points_at_the_log(bare_stack):
     assert "bad config" in bare_stack.log_file("crasher").read_text()
 
 
+@pytest.mark.server
 def test_stack_command_up_status_down(tmp_path, settings, capsys):
     settings.RUN_DIR = tmp_path
     settings.STACK_KAFKA_PORT, settings.STACK_HBASE_PORT, settings.STACK_ZOOKEEPER_PORT = free_port(), free_port(), free_port()
