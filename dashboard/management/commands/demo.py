@@ -143,8 +143,10 @@ class Command(BaseCommand):
         boot_time = time.time()
 
         def web_ready() -> bool:
+            # The login page, not /healthz: healthz also judges the collectors (beat ticking, workers
+            # working), which start after the web and would hold it "not ready" for ever.
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as resp:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/login/", timeout=1) as resp:
                     return resp.status == 200
             except OSError:
                 return False
