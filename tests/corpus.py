@@ -61,7 +61,6 @@ class Row:
     kinds: tuple[str, ...]
     write: Callable[["World"], dict[str, Expect]]
     seam: str = ""  # why part of it enters at the watermark seam (Tansu cannot produce it)
-    xfail: object = None  # a pytest.mark.xfail (strict) for a situation the product does not handle yet
 
 
 class World:

@@ -61,6 +61,12 @@ def screenshot():
     return take
 
 
+def wait_for_chart(pg) -> None:
+    """Until plotly has drawn #lag-chart. A selector, not wait_for_function: Playwright evaluates
+    a waited-for function with eval, which the pages' Content-Security-Policy refuses."""
+    pg.wait_for_selector("#lag-chart.js-plotly-plot svg.main-svg")
+
+
 def log_in(pg, username: str, password: str) -> None:
     pg.goto("/login/")
     pg.fill("#id_username", username)

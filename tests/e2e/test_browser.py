@@ -11,7 +11,7 @@ from dashboard import services
 from dashboard.roles import VIEWER
 from streamoffsets.kafka import WatermarkResult
 from streamoffsets.types import Watermarks
-from tests.e2e.conftest import log_in
+from tests.e2e.conftest import log_in, wait_for_chart
 from tests.factories import offline_pipeline, person
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the live server's thread must see the rows
@@ -44,9 +44,7 @@ def incident_data(unique_name):
 
 
 def chart_points(pg) -> int:
-    # A selector, not wait_for_function: Playwright evaluates that with eval, which the page's
-    # Content-Security-Policy refuses.
-    pg.wait_for_selector("#lag-chart.js-plotly-plot svg.main-svg")
+    wait_for_chart(pg)
     return pg.evaluate("document.getElementById('lag-chart').data[0].x.length")
 
 

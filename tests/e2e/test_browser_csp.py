@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 
 from dashboard.rewinds import rewind_request
 from dashboard.roles import APPROVER, OPERATOR, VIEWER
-from tests.e2e.conftest import log_in
+from tests.e2e.conftest import log_in, wait_for_chart
 from tests.factories import offline_pipeline, person
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the live server's thread must see the rows
@@ -62,9 +62,7 @@ def world(unique_name):
 
 
 def chart_drawn(page) -> int:
-    # Selectors, not wait_for_function: Playwright evaluates a waited-for function with eval,
-    # which this very policy refuses (page.evaluate goes through the debugger: allowed).
-    page.wait_for_selector("#lag-chart.js-plotly-plot svg.main-svg")
+    wait_for_chart(page)  # (page.evaluate goes through the debugger: the policy allows it)
     # The lag series (markers of events sit on the second axis).
     return page.evaluate("document.getElementById('lag-chart').data.filter(t => t.yaxis !== 'y2').length")
 
