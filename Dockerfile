@@ -17,10 +17,10 @@ RUN apt-get update \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY streamoffsets ./streamoffsets
-COPY pipeline ./pipeline
 COPY collectors ./collectors
 COPY dashboard ./dashboard
-COPY localstack ./localstack
+COPY devstack ./devstack
+COPY reference_job ./reference_job
 COPY templates ./templates
 COPY manage.py ./
 # Editable, so the code runs from /app, where the settings find templates/ beside the packages.

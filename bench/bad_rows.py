@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--polls", type=int, default=5)
     args = parser.parse_args()
     fresh_django_database(DB)
-    from localstack.components import LOOPBACK, Stack, StackPorts, free_port
+    from devstack.components import LOOPBACK, Stack, StackPorts, free_port
 
     stack = Stack(Path(tempfile.mkdtemp(prefix="bench-bad-rows-")),
                   StackPorts(kafka=0, hbase=free_port(), zookeeper=0, redis=0), with_redis=False)

@@ -26,7 +26,7 @@ def start_lone_kafka(prefix: str):
     import tempfile
     from pathlib import Path
 
-    from localstack.components import LOOPBACK, Stack, StackPorts, free_port
+    from devstack.components import LOOPBACK, Stack, StackPorts, free_port
 
     stack = Stack(Path(tempfile.mkdtemp(prefix=prefix)), StackPorts(kafka=free_port(), hbase=0, zookeeper=0, redis=0),
                   with_redis=False)

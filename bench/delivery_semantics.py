@@ -23,17 +23,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from localstack.components import Stack, StackPorts, free_port  # noqa: E402
-from pipeline.experiment import count_output  # noqa: E402
-from pipeline.output import OutputSink  # noqa: E402
-from pipeline.producer import ensure_topic, produce  # noqa: E402
+from devstack.components import Stack, StackPorts, free_port  # noqa: E402
+from reference_job.experiment import count_output  # noqa: E402
+from reference_job.output import OutputSink  # noqa: E402
+from reference_job.producer import ensure_topic, produce  # noqa: E402
 
 PARTITIONS = 4
 
 
 def job_argv(stack_addr: dict, store_url: str, topic: str, output: Path, work: Path, rate: int, extra: list[str]):
     return [
-        sys.executable, "-m", "pipeline.job", "--bootstrap", stack_addr["kafka"], "--topic", topic,
+        sys.executable, "-m", "reference_job.job", "--bootstrap", stack_addr["kafka"], "--topic", topic,
         "--group", f"{topic}-job", "--store", store_url, "--output", str(output), "--append-output",
         "--trigger-seconds", "1", "--max-offsets-per-partition", str(rate), "--work-dir", str(work), *extra,
     ]

@@ -50,7 +50,7 @@ def main() -> None:
     if args.partitions:
         main_partitions(args)
         return
-    from localstack.components import Stack, StackPorts, free_port
+    from devstack.components import Stack, StackPorts, free_port
 
     work = Path(tempfile.mkdtemp(prefix="ow-detect-"))
     stack = Stack(work, StackPorts(kafka=free_port(), hbase=free_port(), zookeeper=0, redis=0), with_redis=False)
@@ -91,7 +91,7 @@ def run(args, bootstrap: str, hbase_url: str) -> None:
     from dashboard import services
     from dashboard.roles import VIEWER
     from tests.factories import person
-    from pipeline.producer import ensure_topic, producer_config
+    from reference_job.producer import ensure_topic, producer_config
     from streamoffsets.kafka import KafkaWatermarkReader
     from streamoffsets.store import open_store
     from streamoffsets.types import BatchOffsets
@@ -223,7 +223,7 @@ STUCK, CONTROL = (0, 1, 2), 3
 
 
 def main_partitions(args) -> None:
-    from localstack.components import Stack, StackPorts, free_port
+    from devstack.components import Stack, StackPorts, free_port
 
     work = Path(tempfile.mkdtemp(prefix="ow-detect-parts-"))
     stack = Stack(work, StackPorts(kafka=free_port(), hbase=free_port(), zookeeper=free_port(), redis=0),
@@ -266,7 +266,7 @@ def run_partitions(args, bootstrap: str, zk_hosts: str) -> None:
     from dashboard import services
     from dashboard.models import Pipeline
     from dashboard.roles import VIEWER
-    from pipeline.producer import ensure_topic, producer_config
+    from reference_job.producer import ensure_topic, producer_config
     from streamoffsets.kafka import KafkaWatermarkReader
     from streamoffsets.kafka_groups import KafkaGroupOffsetStore
     from streamoffsets.types import BatchOffsets

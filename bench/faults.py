@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from localstack.fault_matrix import COMPONENTS, FAULTS, FaultRun, format_table, run_row, sources_start  # noqa: E402
+from devstack.fault_matrix import COMPONENTS, FAULTS, FaultRun, format_table, run_row, sources_start  # noqa: E402
 
 
 def main() -> None:

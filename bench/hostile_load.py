@@ -102,7 +102,7 @@ def percentile(values: list[float], q: float) -> float:
 def run_phase(base_url: str, olivia, api_path: str, seconds: float, loops: int, requests) -> tuple[list[float], Counter, dict]:
     """Olivia's latencies (ms) and statuses over `seconds` while `loops` threads of mallory send
     `requests` (None: nobody else)."""
-    from localstack.deployment import HttpSession
+    from devstack.deployment import HttpSession
 
     stop = threading.Event()
     seen: dict[str, Counter] = defaultdict(Counter)
@@ -159,7 +159,7 @@ def main() -> None:
 
     from dashboard import chart_cache, heavy
     from dashboard.roles import VIEWER
-    from localstack.deployment import HttpSession
+    from devstack.deployment import HttpSession
     from tests.factories import person
 
     pipeline_id = build(args.partitions, args.days, overview_pipelines=20)

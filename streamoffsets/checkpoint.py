@@ -16,7 +16,7 @@ enableSourceEvolution and named sources, `readStream.name("...")`) each source l
 `<source name>:<offset JSON or ->` and the metadata also has `sourceMetadataInfo`.
 
 A Kafka source's offset is `{"<topic>":{"<partition>":<next offset to read>,...}}`, for Spark's
-own Kafka source and for pipeline/kafka_source.py alike (which writes it with a space after
+own Kafka source and for reference_job/kafka_source.py alike (which writes it with a space after
 each ':' and ','). A source offset may name several topics (subscribePattern, assign): each is
 its own pipeline. The pipeline key is (topic, checkpoint directory name): the directory name
 stands in for the consumer group, which Spark's Kafka source does not use for its position.
@@ -35,7 +35,7 @@ a Kafka one, a batch file name that is not a batch id) are reported as RowProble
 file by `history()` and `list_pipelines()`; `load_latest` raises MalformedRecord only when the
 newest committed batch cannot be read (Spark itself could not restart from it either).
 
-Rewound checkpoint jobs (pipeline/job.py --checkpoint). A checkpoint's offsets win over
+Rewound checkpoint jobs (reference_job/job.py --checkpoint). A checkpoint's offsets win over
 `startingOffsets`, so a job applying a rewind moves the old checkpoint aside
 (`<dir>.before-rewind-<id>-<UTC time>`, kept for forensics, never read as a pipeline) and starts
 a fresh one from the target. Before its query starts it writes `<dir>/offsetwatch-start.json`:

@@ -343,7 +343,7 @@ def restart(
     `watermarks` is the seam to the broker (e.g. `KafkaWatermarkReader(...).topic_watermarks`).
     Without `dashboard` no rewind is looked up. `save_target(batch, rewind_id)` writes a
     rewind's target where the next start reads it (default: `store.save_batch(batch)`; a
-    checkpoint job starts a fresh checkpoint instead, see pipeline/job.py).
+    checkpoint job starts a fresh checkpoint instead, see reference_job/job.py).
     """
     if rewind_policy not in REWIND_POLICIES:
         raise ValueError(f"unknown rewind policy {rewind_policy!r} (one of {', '.join(REWIND_POLICIES)})")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from localstack.components import LOOPBACK, Stack, StackPorts, free_port
+from devstack.components import LOOPBACK, Stack, StackPorts, free_port
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def unique_name():
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """One local SparkSession for the whole run (starting one costs ~5 s and ~1 GiB)."""
-    from pipeline.spark_session import build_spark_session
+    from reference_job.spark_session import build_spark_session
 
     session = build_spark_session("offset-watch-tests", tmp_path_factory.mktemp("spark"))
     yield session

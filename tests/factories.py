@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from dashboard import services
 from dashboard.models import Cluster, Store
-from pipeline.producer import ensure_topic, produce
+from reference_job.producer import ensure_topic, produce
 from streamoffsets.hbase import HBaseOffsetStore
 from streamoffsets.types import BatchOffsets
 

@@ -10,7 +10,7 @@ from collectors.cycle import collect_once
 from dashboard import services
 from dashboard.models import Pipeline
 from dashboard.roles import VIEWER
-from pipeline.producer import ensure_topic, produce
+from reference_job.producer import ensure_topic, produce
 from tests.corpus import spark_batch
 from tests.factories import person
 

@@ -6,7 +6,7 @@ import pytest
 
 from collectors.cycle import collect_once
 from dashboard.models import Batch, LagSample, Pipeline, PipelineEvaluation, SourceHealth, StoreProblem
-from localstack.components import free_port
+from devstack.components import free_port
 from streamoffsets.types import BatchOffsets
 from tests.factories import hbase_store_setup, save
 

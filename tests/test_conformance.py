@@ -26,7 +26,7 @@ from collectors.cycle import collect_once
 from dashboard import services
 from dashboard.models import Pipeline, StoreProblem
 from dashboard.roles import VIEWER
-from pipeline.producer import ensure_topic, produce
+from reference_job.producer import ensure_topic, produce
 from tests.corpus import KINDS, STORE_KIND, Expect, Part, Row, World, check_pipeline, spark_batch
 from tests.factories import person
 

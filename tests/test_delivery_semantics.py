@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.experiment import run_in_process
+from reference_job.experiment import run_in_process
 from tests.factories import writable_store_url
 
 pytestmark = pytest.mark.spark

@@ -14,7 +14,7 @@ import pytest
 from django.conf import settings
 
 from dashboard.management.commands.demo import Command
-from localstack.components import free_port
+from devstack.components import free_port
 
 
 def test_the_demos_web_is_ready_before_its_collectors_run(transactional_db):

@@ -151,7 +151,7 @@ def test_commands(normalized):
     migrate = " ".join(services["migrate"]["command"])
     assert migrate.index("migrate --noinput") < migrate.index("collectstatic --noinput")
     job = services["spark-job"]
-    assert job["command"][:3] == ["python", "-m", "pipeline.job"] and "--source=official" in job["command"]
+    assert job["command"][:3] == ["python", "-m", "reference_job.job"] and "--source=official" in job["command"]
     # The connector's version is the image's PySpark version (one SPARK_VERSION for both).
     spark_version = job["build"]["args"]["SPARK_VERSION"]
     assert f"spark-sql-kafka-0-10_2.13:{spark_version}" in job["environment"]["PYSPARK_SUBMIT_ARGS"]
@@ -408,7 +408,7 @@ def test_zookeeper_store_with_digest_credentials(stack, unique_name):
 # --- the job's Kafka source ----------------------------------------------------------------------
 
 def test_official_source_options_from_the_start_plan():
-    from pipeline.sources import kafka_read_options
+    from reference_job.sources import kafka_read_options
     from streamoffsets.restart import spark_starting_offsets_json
 
     starting = spark_starting_offsets_json("orders", {0: 5, 1: 7, 2: 0})
@@ -428,10 +428,10 @@ def test_official_source_options_from_the_start_plan():
 
 
 def test_job_source_option_defaults_to_the_python_source():
-    result = subprocess.run([sys.executable, "-m", "pipeline.job", "--help"], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "reference_job.job", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0
     assert re.search(r"--source \{python,official\}", result.stdout)
-    from pipeline.job import JobConfig
+    from reference_job.job import JobConfig
 
     assert JobConfig("b", "t", "g", "hbase://h/t", Path("o")).source == "python"
 
@@ -442,7 +442,7 @@ def test_official_source_is_sparks_own_kafka_format(spark):
     fails naming the data source, which shows the job really asks Spark for its own source."""
     from pyspark.errors import AnalysisException
 
-    from pipeline.sources import kafka_stream_reader
+    from reference_job.sources import kafka_stream_reader
 
     reader = kafka_stream_reader(spark, source="official", bootstrap="127.0.0.1:9", topic="orders",
                                  starting_offsets='{"orders": {"0": 0}}', partitions=1)

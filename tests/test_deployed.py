@@ -1,5 +1,5 @@
 """The deployed topology: gunicorn, one Celery worker, one beat, a private PostgreSQL and Redis, each
-its own process as docker-compose runs them (localstack/deployment.py), against the session's local stack.
+its own process as docker-compose runs them (devstack/deployment.py), against the session's local stack.
 
 What crosses a process boundary is tested here: a background export asked for on a page is
 written by the worker and downloaded through web; an approved rewind's notification, sent from
@@ -20,12 +20,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from localstack.components import LOOPBACK, free_port
-from pipeline.producer import ensure_topic, produce
+from devstack.components import LOOPBACK, free_port
+from reference_job.producer import ensure_topic, produce
 from streamoffsets.dashboard_client import DashboardClient, DashboardError
 from streamoffsets.hbase import HBaseOffsetStore
 from streamoffsets.types import BatchOffsets
-from localstack.deployment import ROOT, Deployment, wait_for
+from devstack.deployment import ROOT, Deployment, wait_for
 
 pytestmark = pytest.mark.deployed
 

@@ -13,8 +13,8 @@ from collectors.celery_app import app
 from dashboard import services
 from dashboard.models import Batch, LagSample, Pipeline, PipelineEvaluation
 from dashboard.roles import VIEWER
-from pipeline.job import JobConfig, ReferenceJob
-from pipeline.producer import ensure_topic, produce_forever
+from reference_job.job import JobConfig, ReferenceJob
+from reference_job.producer import ensure_topic, produce_forever
 from streamoffsets.kafka import KafkaWatermarkReader
 from tests.factories import person
 from tests.test_celery_tasks import wait_for

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from localstack.fault_matrix import COMPONENTS, FAULTS, FaultRun, Row, format_table, run_row, sources_start
+from devstack.fault_matrix import COMPONENTS, FAULTS, FaultRun, Row, format_table, run_row, sources_start
 
 pytestmark = pytest.mark.deployed
 

@@ -19,8 +19,8 @@ from collectors import readers, tasks
 from collectors.cycle import collect_once
 from dashboard import services
 from dashboard.models import Batch, SourceHealth
-from localstack.components import LOOPBACK, Component, Stack, StackPorts, free_port
-from pipeline.producer import ensure_topic, produce
+from devstack.components import LOOPBACK, Component, Stack, StackPorts, free_port
+from reference_job.producer import ensure_topic, produce
 from streamoffsets.store import open_store
 from streamoffsets.types import BatchOffsets
 

@@ -18,7 +18,7 @@ from django.urls import reverse
 from dashboard import chart_cache, charts, heavy
 from dashboard.models import ExportJob, LagSample
 from dashboard.params import ChartParams, TimeRange
-from localstack.components import free_port
+from devstack.components import free_port
 from tests.factories import person, pipeline_row, samples_bulk
 
 pytestmark = pytest.mark.django_db

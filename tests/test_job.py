@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.job import JobConfig, ReferenceJob
-from pipeline.output import OutputSink
-from pipeline.producer import ensure_topic, produce
+from reference_job.job import JobConfig, ReferenceJob
+from reference_job.output import OutputSink
+from reference_job.producer import ensure_topic, produce
 from streamoffsets.hbase import HBaseOffsetStore
 
 pytestmark = pytest.mark.spark

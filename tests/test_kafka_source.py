@@ -1,4 +1,4 @@
-"""The Kafka streaming source (pipeline/kafka_source.py) against a real Tansu broker.
+"""The Kafka streaming source (reference_job/kafka_source.py) against a real Tansu broker.
 
 Plain tests cover option parsing and limit splitting; the broker tests call the reader
 directly; the `spark` tests run real streaming queries into foreachBatch.
@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql.datasource import CaseInsensitiveDict
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from pipeline.kafka_source import (
+from reference_job.kafka_source import (
     KafkaDataSource,
     KafkaInputPartition,
     _as_offset,

@@ -7,7 +7,7 @@ import sys
 import pytest
 from django.core.management import call_command
 
-from localstack.components import Component, Stack, StackError, StackPorts, free_port
+from devstack.components import Component, Stack, StackError, StackPorts, free_port
 
 
 @pytest.fixture

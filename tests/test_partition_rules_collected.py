@@ -14,7 +14,7 @@ from collectors.cycle import collect_once
 from dashboard import services
 from dashboard.models import Incident, Pipeline, PipelineEvaluation
 from dashboard.roles import VIEWER
-from pipeline.producer import ensure_topic, produce
+from reference_job.producer import ensure_topic, produce
 from streamoffsets.evaluation import Status
 from tests.factories import person
 

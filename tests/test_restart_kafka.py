@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from pipeline.producer import ensure_topic, produce
+from reference_job.producer import ensure_topic, produce
 from streamoffsets.kafka import KafkaWatermarkReader
 from streamoffsets.restart import StartRefused, restart
 from streamoffsets.store import open_store

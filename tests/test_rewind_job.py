@@ -26,9 +26,9 @@ from dashboard.audit import audit_verify
 from dashboard.models import AuditEvent, Pipeline, RewindRequest
 from dashboard.rewinds import rewind_decide, rewind_request
 from dashboard.roles import APPROVER, OPERATOR
-from pipeline.job import JobConfig, ReferenceJob
-from pipeline.output import OutputSink
-from pipeline.producer import ensure_topic, produce
+from reference_job.job import JobConfig, ReferenceJob
+from reference_job.output import OutputSink
+from reference_job.producer import ensure_topic, produce
 from streamoffsets.checkpoint import ASIDE_MARK, START_FILE, CheckpointStore
 from streamoffsets.dashboard_client import DashboardClient
 from streamoffsets.kafka import KafkaWatermarkReader

@@ -24,7 +24,7 @@ from dashboard.audit import audit_verify
 from dashboard.models import AuditEvent, RewindRequest
 from dashboard.rewinds import rewind_decide, rewind_request
 from dashboard.roles import APPROVER, OPERATOR
-from pipeline.producer import ensure_topic, produce
+from reference_job.producer import ensure_topic, produce
 from streamoffsets.dashboard_client import DashboardClient, DashboardError
 from streamoffsets.kafka import KafkaWatermarkReader
 from streamoffsets.offsetfile import OffsetFileStore

@@ -328,7 +328,7 @@ def test_a_point_in_time_from_the_broker_s_index(payments, actors, monkeypatch):
 def test_the_broker_timestamp_lookup_runs_against_the_real_broker(stack, unique_name):
     """The real call on Tansu: every partition answered, within the topic's offsets (Tansu's
     answer itself is its known bug: 0 whatever the time)."""
-    from pipeline.producer import ensure_topic, produce
+    from reference_job.producer import ensure_topic, produce
     from streamoffsets.kafka import KafkaWatermarkReader
 
     topic = unique_name("orders")

@@ -22,8 +22,8 @@ from collectors import cycle
 from dashboard import notify, rewinds, services
 from dashboard.models import Cluster, Incident, PipelineEvaluation, SourceHealth, Store
 from dashboard.roles import APPROVER, OPERATOR, VIEWER
-from localstack.components import free_port
-from pipeline.producer import ensure_topic, produce
+from devstack.components import free_port
+from reference_job.producer import ensure_topic, produce
 from streamoffsets.store import open_store
 from streamoffsets.types import BatchOffsets
 from tests.factories import person

@@ -12,8 +12,8 @@ from django.urls import reverse
 from dashboard import services
 from dashboard.models import Pipeline, PipelineToken, StartReport
 from dashboard.roles import VIEWER
-from localstack.components import free_port
-from pipeline.job import JobConfig, ReferenceJob
+from devstack.components import free_port
+from reference_job.job import JobConfig, ReferenceJob
 from streamoffsets.dashboard_client import DashboardClient, DashboardError, report_start_quietly
 from streamoffsets.restart import resolve_start
 from streamoffsets.types import BatchOffsets, Watermarks

@@ -328,8 +328,8 @@ def test_fuzz_commit_file(tmp_path, content):
 def test_reads_a_real_checkpoint_written_by_spark(spark, stack, unique_name, tmp_path, named):
     from confluent_kafka import Consumer, TopicPartition
 
-    from pipeline.kafka_source import KafkaDataSource
-    from pipeline.producer import ensure_topic, produce
+    from reference_job.kafka_source import KafkaDataSource
+    from reference_job.producer import ensure_topic, produce
 
     topic = unique_name("ckpt")
     ensure_topic(stack.kafka_bootstrap, topic, 3)

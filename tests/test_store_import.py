@@ -111,7 +111,7 @@ def test_snapshot_stores_keep_offsets_dated_in_the_future_or_the_past(stack, uni
     which Tansu does not keep): a wrong clock there must neither lose offsets nor become the
     position of a store that holds only the current offsets."""
     from dashboard import services
-    from pipeline.producer import ensure_topic, produce
+    from reference_job.producer import ensure_topic, produce
     from streamoffsets.store import open_store
     from streamoffsets.types import BatchOffsets
 

@@ -6,8 +6,8 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from localstack.components import free_port
-from pipeline.producer import ensure_topic, produce
+from devstack.components import free_port
+from reference_job.producer import ensure_topic, produce
 from streamoffsets.errors import StoreUnreachable
 from streamoffsets.kafka_groups import KafkaGroupOffsetStore
 from streamoffsets.store import open_store

@@ -111,7 +111,7 @@ def test_the_admin_refuses_hbase_at_a_zookeeper_port_with_a_masked_message(clien
     from django.urls import reverse
 
     from dashboard.models import Cluster, Store
-    from localstack.components import free_port
+    from devstack.components import free_port
 
     settings.POLL_PROBE_TIMEOUT_S = 1.0
     client.force_login(User.objects.create_superuser("root", password="root's long passphrase"))

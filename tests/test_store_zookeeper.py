@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from kazoo.client import KazooClient
 from kazoo.security import make_acl
 
-from localstack.components import free_port
+from devstack.components import free_port
 from streamoffsets.errors import MalformedRecord, OffsetStoreError, StoreUnreachable
 from streamoffsets.store import OffsetStore, open_store
 from streamoffsets.types import BatchOffsets, PipelineKey

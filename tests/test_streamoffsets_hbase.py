@@ -117,7 +117,7 @@ def test_list_pipelines_skip_scans_pairs_and_reports_bad_keys(store):
 
 
 def test_unreachable_server_is_a_typed_error():
-    from localstack.components import free_port
+    from devstack.components import free_port
 
     dead = HBaseOffsetStore("127.0.0.1", free_port(), timeout_ms=500)
     with pytest.raises(StoreUnreachable) as err:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from localstack.components import free_port
-from pipeline.producer import ensure_topic, produce
+from devstack.components import free_port
+from reference_job.producer import ensure_topic, produce
 from streamoffsets.errors import StoreUnreachable
 from streamoffsets.kafka import KafkaWatermarkReader, MissingTopic
 from streamoffsets.types import Watermarks

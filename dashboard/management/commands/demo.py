@@ -23,7 +23,7 @@ from django.core.management.base import BaseCommand, CommandError
 from dashboard import services
 from dashboard.management.commands.stack import configured_stack
 from dashboard.models import SourceHealth
-from localstack.components import Component, StackError
+from devstack.components import Component, StackError
 from streamoffsets.hbase import HBaseOffsetStore
 
 DEMO_TOPIC = "demo-events"
@@ -174,7 +174,7 @@ class Command(BaseCommand):
             Component(
                 "producer", 0,
                 [
-                    sys.executable, "-m", "pipeline.producer", "--bootstrap", settings.KAFKA_BOOTSTRAP,
+                    sys.executable, "-m", "reference_job.producer", "--bootstrap", settings.KAFKA_BOOTSTRAP,
                     "--topic", DEMO_TOPIC, "--partitions", str(partitions), "--rate", str(rate),
                 ],
                 lambda: True, env=self._env(),
@@ -195,7 +195,7 @@ class Command(BaseCommand):
         return Component(
             "spark-job", 0,
             [
-                sys.executable, "-m", "pipeline.job", "--bootstrap", settings.KAFKA_BOOTSTRAP,
+                sys.executable, "-m", "reference_job.job", "--bootstrap", settings.KAFKA_BOOTSTRAP,
                 "--topic", DEMO_TOPIC, "--group", DEMO_GROUP, "--store", settings.HBASE_URL,
                 "--output", str(settings.RUN_DIR / "job-output.sqlite3"),
                 "--work-dir", str(settings.RUN_DIR / "spark"), "--trigger-seconds", "5",

@@ -4,7 +4,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from localstack.components import Stack, StackError, StackPorts
+from devstack.components import Stack, StackError, StackPorts
 
 
 def configured_stack() -> Stack:

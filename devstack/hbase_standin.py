@@ -4,7 +4,7 @@ It is a real Thrift server built with thriftpy2 from the `Hbase.thrift` IDL that
 ships, so happybase talks real Thrift over TCP to it, exactly as it would to HBase's own
 `hbase thrift start` server (buffered transport + binary protocol by default, as happybase).
 
-    python -m localstack.hbase_standin --host 127.0.0.1 --port 19090 [--framed] [--compact]
+    python -m devstack.hbase_standin --host 127.0.0.1 --port 19090 [--framed] [--compact]
 
 In-process (unit tests)::
 
@@ -50,7 +50,7 @@ import thriftpy2.rpc
 from thriftpy2.protocol import TBinaryProtocolFactory, TCompactProtocolFactory
 from thriftpy2.transport import TBufferedTransportFactory, TFramedTransportFactory
 
-logger = logging.getLogger("localstack.hbase_standin")
+logger = logging.getLogger("devstack.hbase_standin")
 
 # The IDL happybase itself uses; loading it under the same module name returns the very module
 # happybase loaded (thriftpy2 caches parsed IDLs), so the struct classes are shared in-process.
@@ -1126,7 +1126,7 @@ def serve_forever(server) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m localstack.hbase_standin",
+        prog="python -m devstack.hbase_standin",
         description="In-memory HBase Thrift 1 server stand-in (for dev and tests).",
     )
     parser.add_argument("--host", default="127.0.0.1")

@@ -7,7 +7,7 @@ one Celery worker on the queues collect and default (`worker`) and one `celery b
 The app processes get the environment compose gives them (OFFSETWATCH_ENV=production, the
 database and Redis URLs, a shared export directory) plus a short poll interval.
 
-Used by tests/test_deployed.py and the fault matrix (localstack/fault_matrix.py, bench/faults.py):
+Used by tests/test_deployed.py and the fault matrix (devstack/fault_matrix.py, bench/faults.py):
 
     deployment = Deployment(tmp_dir, stack=running_stack, poll_interval_s=2)
     deployment.start()                     # postgres, redis, migrate, web, worker, beat
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from localstack.components import LOOPBACK, free_port, port_is_open
+from devstack.components import LOOPBACK, free_port, port_is_open
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from localstack.components import LOOPBACK, Stack, StackPorts, free_port
-from localstack.deployment import Deployment, wait_for
+from devstack.components import LOOPBACK, Stack, StackPorts, free_port
+from devstack.deployment import Deployment, wait_for
 
 COMPONENTS = ("broker", "zookeeper", "hbase", "redis", "postgres", "worker", "beat", "web")
 FAULTS = ("kill", "freeze")
@@ -153,7 +153,7 @@ print(json.dumps({"cluster": cluster.pk, "stores": stores}))
 
 def sources_start(dep: FaultRun, *, every_s: float = 1.0) -> Sources:
     """A topic, four stores registered in the dashboard, and the known writer saving to them."""
-    from pipeline.producer import ensure_topic
+    from reference_job.producer import ensure_topic
 
     ports = dep.stack.ports
     bootstrap = f"{LOOPBACK}:{ports.kafka}"
@@ -170,7 +170,7 @@ def sources_start(dep: FaultRun, *, every_s: float = 1.0) -> Sources:
     created = json.loads(dep.shell_lines(SETUP, json.dumps(
         {"bootstrap": bootstrap, "urls": urls, "kinds": kinds})).strip().splitlines()[-1])
     sources = Sources(topic, "etl", created["cluster"], created["stores"], urls, dep.run_dir / "ledger.jsonl")
-    argv = [sys.executable, "-m", "localstack.known_writer", "--ledger", str(sources.ledger), "--topic", topic,
+    argv = [sys.executable, "-m", "devstack.known_writer", "--ledger", str(sources.ledger), "--topic", topic,
             "--group", sources.group, "--partitions", "2", "--bootstrap", bootstrap, "--every", str(every_s),
             "--timeout", "2"]
     for kind, url in urls.items():
@@ -394,7 +394,7 @@ def _refill_memory_server(dep: FaultRun, sources: Sources, component: str) -> No
     """Tansu and the HBase stand-in keep nothing over a restart (a real broker and HBase do): put
     the topic back; the writer goes on saving to the store."""
     if component == "broker":
-        from pipeline.producer import ensure_topic
+        from reference_job.producer import ensure_topic
 
         ensure_topic(f"{LOOPBACK}:{dep.stack.ports.kafka}", sources.topic, 2)
 

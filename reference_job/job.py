@@ -17,7 +17,7 @@ Two modes:
 With `--dashboard-url/--dashboard-token` the job reports where it started and applies a rewind
 approved in the dashboard (streamoffsets.restart; `--rewind-policy proceed|wait` says what to
 do when the dashboard cannot be asked). Run:
-    python -m pipeline.job --bootstrap 127.0.0.1:19092 --topic demo --group demo-job \
+    python -m reference_job.job --bootstrap 127.0.0.1:19092 --topic demo --group demo-job \
         --store hbase://127.0.0.1:19090/stream_kafka_offsets --output .run/job-output.sqlite3
 """
 from __future__ import annotations
@@ -35,8 +35,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from pipeline.output import OutputSink
-from pipeline.sources import SOURCES, kafka_stream_reader
+from reference_job.output import OutputSink
+from reference_job.sources import SOURCES, kafka_stream_reader
 from streamoffsets.checkpoint import CheckpointStore, start_fresh_checkpoint
 from streamoffsets.dashboard_client import (
     DashboardClient,
@@ -84,7 +84,7 @@ class JobConfig:
     instance: str = field(default_factory=instance_id)
     # Keep Spark's checkpoint here across runs instead of an offset store (group = its name).
     checkpoint_dir: Path | None = None
-    # "python": the project's Python data source (no jar); "official": Spark's Kafka source (pipeline/sources.py).
+    # "python": the project's Python data source (no jar); "official": Spark's Kafka source (reference_job/sources.py).
     source: str = "python"
 
 
@@ -278,7 +278,7 @@ def main() -> None:
         parser.error("--out-of-range clamp is impossible with --checkpoint: Spark resumes from the checkpoint's offsets")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    from pipeline.spark_session import build_spark_session
+    from reference_job.spark_session import build_spark_session
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -1,6 +1,6 @@
 """Where the reference job reads Kafka from: the project's Python data source or Spark's official one.
 
-- `python` (default): `pipeline.kafka_source` (PySpark's Python data source API over
+- `python` (default): `reference_job.kafka_source` (PySpark's Python data source API over
   confluent-kafka), which needs no jar: what the demo and the tests run, since Maven cannot be
   reached from the development machines.
 - `official`: Spark's own Kafka source, `spark.readStream.format("kafka")`, what production
@@ -42,7 +42,7 @@ def kafka_stream_reader(spark, **kwargs):
     """A DataStreamReader for `kafka_read_options(**kwargs)`, registering the Python source if used."""
     fmt, options = kafka_read_options(**kwargs)
     if fmt == "offsetwatch_kafka":
-        from pipeline.kafka_source import KafkaDataSource
+        from reference_job.kafka_source import KafkaDataSource
 
         spark.dataSource.register(KafkaDataSource)
     reader = spark.readStream.format(fmt)

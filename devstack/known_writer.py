@@ -8,7 +8,7 @@ store holds up only its own writes. Each attempt is one JSON line in the ledger:
 A batch whose line says ok was saved by the store's client (and is what the collectors must
 import, never twice, while the store still holds it).
 
-Run: python -m localstack.known_writer --ledger L --topic T --partitions 2 --bootstrap B \
+Run: python -m devstack.known_writer --ledger L --topic T --partitions 2 --bootstrap B \
          --store hbase=hbase://... --store zookeeper=zk://... [--every 1] [--group etl]
 Stops on SIGTERM/SIGINT.
 """

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pipeline.job import JobConfig, ReferenceJob
-from pipeline.output import OutputSink
-from pipeline.producer import ensure_topic, produce
+from reference_job.job import JobConfig, ReferenceJob
+from reference_job.output import OutputSink
+from reference_job.producer import ensure_topic, produce
 
 StopMode = Literal["graceful", "kill"]
 
