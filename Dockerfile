@@ -6,7 +6,7 @@ ARG SPARK_VERSION=4.3.0
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    DJANGO_SETTINGS_MODULE=dashboard.settings
+    DJANGO_SETTINGS_MODULE=offsetwatch.settings
 
 # openjdk-17: PySpark 4 needs Java 17; chromium: PNG/SVG chart exports (kaleido drives it).
 RUN apt-get update \
@@ -36,4 +36,4 @@ USER offsetwatch
 ENV HOME=/home/offsetwatch
 
 EXPOSE 8000
-CMD ["gunicorn", "dashboard.wsgi", "--bind=0.0.0.0:8000"]
+CMD ["gunicorn", "offsetwatch.wsgi", "--bind=0.0.0.0:8000"]

@@ -54,7 +54,7 @@ def run(args, url: str) -> None:
     from collectors.cycle import poll_store
     from dashboard import services
     from dashboard.models import StoreProblem
-    from streamoffsets.hbase import HBaseOffsetStore
+    from streamoffsets.stores.hbase import HBaseOffsetStore
     from streamoffsets.types import BatchOffsets
 
     store_lib = HBaseOffsetStore.from_url(url)

@@ -11,7 +11,7 @@ def fresh_django_database(name: str) -> None:
     for sql in (f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}"):
         subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", sql], check=True, capture_output=True)
     os.environ["DATABASE_URL"] = f"postgres://postgres:postgres@127.0.0.1:5432/{name}"
-    os.environ["DJANGO_SETTINGS_MODULE"] = "dashboard.settings"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "offsetwatch.settings"
     import django
 
     django.setup()

@@ -42,7 +42,7 @@ def run(args, bootstrap: str) -> None:
     from collectors.cycle import collect_once
     from dashboard import services
     from streamoffsets.kafka import KafkaWatermarkReader
-    from streamoffsets.kafka_groups import KafkaGroupOffsetStore
+    from streamoffsets.stores.kafka_groups import KafkaGroupOffsetStore
 
     topics = [f"bench-{i:04d}" for i in range(args.pipelines)]
     t0 = time.perf_counter()

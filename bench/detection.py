@@ -64,7 +64,7 @@ def main() -> None:
     for sql in (f"DROP DATABASE IF EXISTS {DB}", f"CREATE DATABASE {DB}"):
         subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", sql], check=True, capture_output=True)
     os.environ.update(DATABASE_URL=f"postgres://postgres:postgres@127.0.0.1:5432/{DB}",
-                      DJANGO_SETTINGS_MODULE="dashboard.settings",
+                      DJANGO_SETTINGS_MODULE="offsetwatch.settings",
                       OFFSETWATCH_POLL_INTERVAL=str(args.poll_s),
                       # The stop rule's floor: two polls (the default, 30 s, suits 10 s polls).
                       OFFSETWATCH_STALE_AFTER=str(2 * max(args.poll_s, args.batch_s)))
@@ -89,11 +89,11 @@ def run(args, bootstrap: str, hbase_url: str) -> None:
 
     from collectors.cycle import collect_once
     from dashboard import services
-    from dashboard.roles import VIEWER
+    from dashboard.accounts.roles import VIEWER
     from tests.factories import person
     from reference_job.producer import ensure_topic, producer_config
     from streamoffsets.kafka import KafkaWatermarkReader
-    from streamoffsets.store import open_store
+    from streamoffsets.stores.base import open_store
     from streamoffsets.types import BatchOffsets
 
     call_command("migrate", verbosity=0)
@@ -238,7 +238,7 @@ def main_partitions(args) -> None:
     for sql in (f"DROP DATABASE IF EXISTS {PARTS_DB}", f"CREATE DATABASE {PARTS_DB}"):
         subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c", sql], check=True, capture_output=True)
     os.environ.update(DATABASE_URL=f"postgres://postgres:postgres@127.0.0.1:5432/{PARTS_DB}",
-                      DJANGO_SETTINGS_MODULE="dashboard.settings",
+                      DJANGO_SETTINGS_MODULE="offsetwatch.settings",
                       OFFSETWATCH_POLL_INTERVAL=str(args.poll_s),
                       OFFSETWATCH_STALE_AFTER=str(2 * max(args.poll_s, args.commit_s)))
     try:
@@ -265,10 +265,10 @@ def run_partitions(args, bootstrap: str, zk_hosts: str) -> None:
     from collectors.cycle import collect_once
     from dashboard import services
     from dashboard.models import Pipeline
-    from dashboard.roles import VIEWER
+    from dashboard.accounts.roles import VIEWER
     from reference_job.producer import ensure_topic, producer_config
     from streamoffsets.kafka import KafkaWatermarkReader
-    from streamoffsets.kafka_groups import KafkaGroupOffsetStore
+    from streamoffsets.stores.kafka_groups import KafkaGroupOffsetStore
     from streamoffsets.types import BatchOffsets
     from tests.factories import person
 

@@ -55,10 +55,10 @@ def free_port() -> int:
 
 
 def start_gunicorn(port: int, workers: int, log_path: Path) -> subprocess.Popen:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "dashboard.settings", "OFFSETWATCH_ALLOWED_HOSTS": "127.0.0.1"}
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "offsetwatch.settings", "OFFSETWATCH_ALLOWED_HOSTS": "127.0.0.1"}
     log = open(log_path, "w")  # noqa: SIM115 (closed with the process)
     proc = subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "gunicorn"), "dashboard.wsgi", f"--bind=127.0.0.1:{port}",
+        [str(ROOT / ".venv" / "bin" / "gunicorn"), "offsetwatch.wsgi", f"--bind=127.0.0.1:{port}",
          f"--workers={workers}", "--timeout=120"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 60
@@ -157,8 +157,9 @@ def main() -> None:
     fresh_django_database(DB)
     from pages import build
 
-    from dashboard import chart_cache, heavy
-    from dashboard.roles import VIEWER
+    from dashboard.web import heavy
+    from dashboard.charts import cache as chart_cache
+    from dashboard.accounts.roles import VIEWER
     from devstack.deployment import HttpSession
     from tests.factories import person
 

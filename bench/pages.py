@@ -38,10 +38,11 @@ def empty_view(request):
 
 
 def build(partitions: int, days: int, overview_pipelines: int) -> int:
-    from dashboard import services, sparkline
-    from dashboard.bulk import copy_insert
+    from dashboard import services
+    from offsetwatch.lib import sparkline
+    from offsetwatch.lib.pgcopy import copy_insert
     from dashboard.models import Batch, LagSample, Pipeline, PipelineEvaluation, Store, WatermarkSample
-    from dashboard.packing import pack, pack_partitions
+    from offsetwatch.lib.packing import pack, pack_partitions
 
     rng = random.Random(3)
     now = datetime.now(timezone.utc).replace(microsecond=0)
@@ -109,7 +110,7 @@ def build(partitions: int, days: int, overview_pipelines: int) -> int:
 def timed(client, url: str, n: int, cold: bool = False) -> tuple[list[float], int]:
     """`cold`: the server-side chart cache is emptied before each request (outside the timing),
     so the chart is computed from the database every time."""
-    from dashboard import chart_cache
+    from dashboard.charts import cache as chart_cache
 
     client.get(url)  # warm: the first request pays template compilation and connection set-up
     times, size = [], 0
@@ -136,13 +137,13 @@ def main() -> None:
     from django.test.utils import override_settings, setup_test_environment
     from django.urls import include, path, reverse
 
-    from dashboard.roles import VIEWER
+    from dashboard.accounts.roles import VIEWER
     from tests.factories import person
 
     pipeline_id = build(args.partitions, args.days, args.overview_pipelines)
     subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", DB, "-c", "VACUUM ANALYZE"], check=True)
 
-    urlpatterns[:] = [path("__empty__", empty_view), path("", include("dashboard.urls"))]
+    urlpatterns[:] = [path("__empty__", empty_view), path("", include("offsetwatch.urls"))]
     setup_test_environment()
     with override_settings(ROOT_URLCONF=__name__, ALLOWED_HOSTS=["testserver"]):
         client = Client()

@@ -51,7 +51,7 @@ def main() -> None:
     psql(f"CREATE DATABASE {DB}")
     os.environ["DATABASE_URL"] = f"postgres://postgres:postgres@127.0.0.1:5432/{DB}"
     os.environ["REDIS_URL"] = f"redis://127.0.0.1:6379/{REDIS_DB}"
-    os.environ["DJANGO_SETTINGS_MODULE"] = "dashboard.settings"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "offsetwatch.settings"
     try:
         run(args, bootstrap, stack.run_dir)
     finally:
@@ -80,7 +80,7 @@ def start_workers(count: int, log_dir: Path) -> list[subprocess.Popen]:
     for i in range(count):
         log = open(log_dir / f"worker-{i}.log", "w")
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "collectors.celery_app", "worker", "--concurrency", "1",
+            [sys.executable, "-m", "celery", "-A", "offsetwatch.celery", "worker", "--concurrency", "1",
              "--pool", "prefork", "--loglevel", "WARNING", "-n", f"bench{i}@%h", "--without-gossip",
              "--without-mingle", "--without-heartbeat"],
             cwd=ROOT, env=os.environ.copy(), stdout=log, stderr=subprocess.STDOUT,
@@ -136,7 +136,7 @@ def run(args, bootstrap: str, work: Path) -> None:
     from django.core.management import call_command
     from django.db import connection
 
-    from collectors.celery_app import app
+    from offsetwatch.celery import app
     from dashboard import services
 
     call_command("migrate", verbosity=0)

@@ -38,7 +38,7 @@ def main() -> None:
 
     from dashboard import selectors, services
     from dashboard.models import LagSample, Pipeline, Store, WatermarkSample
-    from dashboard.packing import pack, pack_partitions
+    from offsetwatch.lib.packing import pack, pack_partitions
 
     cluster = services.cluster_get_or_create(name="bench", bootstrap_servers="b:9092")
     store = Store.objects.create(name="bench", kind="hbase", url="hbase://h:9090/t", cluster=cluster)

@@ -16,9 +16,10 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.utils import timezone
 
-from collectors.readers import read_store, read_watermarks
+from streamoffsets.stores.reading import read_store, read_watermarks
 from collectors.record_times import cycle_record_times
-from dashboard import rewinds, selectors, services
+from dashboard import selectors, services
+from dashboard.rewinds import services as rewinds
 from dashboard.models import Cluster, Store
 from streamoffsets.errors import OffsetStoreError
 from streamoffsets.urls import mask_secrets, mask_url

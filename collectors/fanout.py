@@ -25,7 +25,8 @@ import time
 from django.conf import settings
 
 from collectors import locks
-from dashboard import collector_health, services
+from dashboard import services
+from dashboard.monitoring import health as collector_health
 from dashboard.models import SourceHealth, Store
 
 log = logging.getLogger(__name__)

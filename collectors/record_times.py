@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import redis
 from django.conf import settings
 
-from collectors.readers import read_record_timestamps
+from streamoffsets.stores.reading import read_record_timestamps
 from collectors.redis_keys import RECORD_TIMES_PREFIX
 from dashboard import selectors
 from streamoffsets.errors import OffsetStoreError

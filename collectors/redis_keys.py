@@ -1,5 +1,5 @@
 """The Redis keys the collectors write and the dashboard reads. Imports nothing: the beat process
-loads it while the Celery app is still being built (collectors.celery_app -> heartbeat)."""
+loads it while the Celery app is still being built (offsetwatch.celery -> heartbeat)."""
 
 POLL_LOCK_PREFIX = "offsetwatch:poll:"  # + source: held while a poll of the source runs
 QUEUED_PREFIX = "offsetwatch:queued:"  # + source: a poll of the source waits in the queue

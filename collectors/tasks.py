@@ -59,7 +59,7 @@ def poll_cluster(cluster_id: int, probe: bool = False) -> None:
 
 @shared_task(name="collectors.tasks.expire_rewinds", ignore_result=True, soft_time_limit=60, time_limit=90)
 def expire_rewinds() -> None:
-    from dashboard import rewinds
+    from dashboard.rewinds import services as rewinds
 
     rewinds.rewinds_expire()
 

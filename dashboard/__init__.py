@@ -1,11 +1,3 @@
-"""The Offset Watch project package (settings, urls, wsgi) and its one models app.
-
-The project's Celery app is loaded with the package, as Celery's Django guide does, so that the
-`shared_task`s (dashboard.tasks, collectors.tasks) bind to it, and to its Redis broker, in
-every process: gunicorn and management commands as well as the worker and beat, which name
-the app on their command line. Without it the web process sent exports and notifications to
-Celery's default app (amqp://localhost) and no worker ever saw them.
-"""
-from collectors.celery_app import app as celery_app
-
-__all__ = ("celery_app",)
+"""The Offset Watch app: models, and the code by area (monitoring, charts, rewinds, audit, exports,
+accounts, notifications, web, api). The project package (settings, urls, the Celery app) is
+`offsetwatch`; docs/architecture.md maps the layers."""

@@ -13,8 +13,8 @@ from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
 from dashboard import services
-from dashboard.audit import audit_append, changed_values, model_snapshot, request_actor
-from dashboard.forms import StoreAdminForm
+from dashboard.audit.services import audit_append, changed_values, model_snapshot, request_actor
+from dashboard.web.forms import StoreAdminForm
 from dashboard.models import ApiToken, Cluster, Incident, Pipeline, PipelineToken, SourceHealth, StartReport, Store, StoreProblem
 
 

@@ -8,6 +8,6 @@ class DashboardConfig(AppConfig):
     def ready(self):
         # Login throttling: the audit of lockouts (signal receivers) and an audited admin of
         # django-axes' attempts; the admin has registered axes' own by now (it comes first).
-        from dashboard import lockout
+        from dashboard.accounts import lockout
 
         lockout.register_admin()

@@ -17,7 +17,7 @@ class _PlainValuesInsert:
 
 
 class PackedIntsField(_PlainValuesInsert, models.BinaryField):
-    """Little-endian int64s packed by dashboard.packing."""
+    """Little-endian int64s packed by offsetwatch.lib.packing."""
 
 
 class RowsJSONField(_PlainValuesInsert, models.JSONField):

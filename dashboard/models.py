@@ -59,7 +59,7 @@ class Store(models.Model):
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
 
-        from streamoffsets.store import store_kind_of_url
+        from streamoffsets.stores.base import store_kind_of_url
         from streamoffsets.urls import validate_store_url
 
         try:
@@ -118,7 +118,7 @@ class Pipeline(models.Model):
 
     class Meta:
         # On digests of the names: a btree entry holds at most ~2700 bytes, and a group id of
-        # 1000 characters outside ASCII is more than that (dashboard.storable sets the limits).
+        # 1000 characters outside ASCII is more than that (dashboard.monitoring.storable sets the limits).
         constraints = [models.UniqueConstraint(
             models.F("store"), MD5("topic"), MD5("group"), name="pipeline_unique_on_name_hashes",
         )]
@@ -158,7 +158,7 @@ class Batch(models.Model):
 
 class WatermarkSample(models.Model):
     """A topic's low/high watermarks at one collection cycle: one row for all its partitions,
-    numbers packed as int64 arrays (dashboard.packing) to keep history cheap."""
+    numbers packed as int64 arrays (offsetwatch.lib.packing) to keep history cheap."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="watermark_samples")
     topic = models.CharField(max_length=255)
@@ -171,7 +171,7 @@ class WatermarkSample(models.Model):
         indexes = [models.Index(fields=["cluster", "topic", "-sampled_at"], name="wm_cluster_topic_time")]
 
     def watermarks(self) -> dict[int, tuple[int, int]]:
-        from dashboard.packing import unpack_watermarks
+        from offsetwatch.lib.packing import unpack_watermarks
 
         return unpack_watermarks(self.partitions, self.lows, self.highs)
 
@@ -192,7 +192,7 @@ class LagSample(models.Model):
         indexes = [models.Index(fields=["pipeline", "-sampled_at"], name="lag_pipeline_time")]
 
     def committed_offsets(self) -> dict[int, int]:
-        from dashboard.packing import unpack_map
+        from offsetwatch.lib.packing import unpack_map
 
         return {p: c for p, c in unpack_map(self.partitions, self.committed).items() if c is not None}
 
@@ -229,7 +229,7 @@ class PipelineEvaluation(models.Model):
     # Seconds until the first partition loses unprocessed data to retention; null: no risk seen.
     retention_seconds_left = models.FloatField(null=True)
     # [[minute start (epoch s), largest total lag in that minute], ...] for the last hour, oldest
-    # first: the overview's sparkline, carried from one evaluation to the next (dashboard.sparkline).
+    # first: the overview's sparkline, carried from one evaluation to the next (offsetwatch.lib.sparkline).
     sparkline = RowsJSONField(default=list)
     # The same, drawn once when evaluated (SVG polyline points) with its largest value: the
     # overview prints them instead of decoding and scaling a thousand series per render.
@@ -364,10 +364,10 @@ class ExportJob(models.Model):
 
 
 class AuditEvent(models.Model):
-    """One entry of the append-only, hash-chained audit log (dashboard.audit).
+    """One entry of the append-only, hash-chained audit log (dashboard.audit.services).
 
     No foreign keys on purpose: deleting a user or a pipeline must never touch the log. Rows are
-    only inserted (dashboard.audit.audit_append); PostgreSQL refuses UPDATE and DELETE on this
+    only inserted (dashboard.audit.services.audit_append); PostgreSQL refuses UPDATE and DELETE on this
     table (a trigger), and each row's hash covers the previous row's, so an edit made behind the
     application's back is found by `manage.py verify_audit`.
     """

@@ -16,13 +16,13 @@ from typing import NamedTuple
 
 from django.utils import timezone
 
-from collectors.readers import ReadPlan
+from streamoffsets.stores.reading import ReadPlan
 from dashboard.models import (Batch, Cluster, ExportJob, Incident, Pipeline, PipelineEvaluation, SourceHealth, StartReport, Store,
                               StoreProblem, WatermarkSample)
-from dashboard import collector_health as collector_state
-from dashboard.packing import NONE, unpack, unpack_partitions
-from dashboard.params import RANGES  # noqa: F401  (the chart's preset ranges, kept importable from here)
-from dashboard.params import shifted
+from dashboard.monitoring import health as collector_state
+from offsetwatch.lib.packing import NONE, unpack, unpack_partitions
+from dashboard.web.params import RANGES  # noqa: F401  (the chart's preset ranges, kept importable from here)
+from dashboard.web.params import shifted
 from streamoffsets import evaluation
 from streamoffsets.types import PipelineKey
 
@@ -573,7 +573,7 @@ def pipeline_lag_points(*, pipeline: Pipeline, since: datetime, until: datetime)
 
 @dataclass(frozen=True)
 class PipelineMetrics:
-    """What /metrics says of one pipeline: plain values, so dashboard.metrics stays pure."""
+    """What /metrics says of one pipeline: plain values, so dashboard.api.metrics stays pure."""
 
     store: str
     topic: str
@@ -709,7 +709,7 @@ def rewind_events(*, rewind_id: int) -> list:
 
 def _audit_filtered(*, pipeline_id: int | None = None, actor: str | None = None, action: str | None = None,
                     q: str | None = None, since: datetime | None = None, until: datetime | None = None):
-    from dashboard.audit import ACTION_FAMILIES
+    from dashboard.audit.services import ACTION_FAMILIES
     from dashboard.models import AuditEvent
 
     rows = AuditEvent.objects.all()
@@ -759,7 +759,7 @@ def audit_events_export(*, chunk_size: int = 2000, **filters) -> Iterator[dict]:
 class AuditCheck:
     """A verification of the chain and when it was made."""
 
-    result: object  # dashboard.audit.Verification
+    result: object  # dashboard.audit.services.Verification
     checked_at: datetime
 
 
@@ -767,12 +767,12 @@ _audit_checked: tuple[float, AuditCheck] | None = None  # (monotonic time, check
 
 
 def audit_verification(*, max_age_s: float = 60.0, refresh: bool = False) -> AuditCheck:
-    """The chain's verification (dashboard.audit.audit_verify), at most `max_age_s` old: it walks
+    """The chain's verification (dashboard.audit.services.audit_verify), at most `max_age_s` old: it walks
     the whole log, so pages reuse one result per process for a minute instead of each walking it.
     `refresh` walks it now ("verify now")."""
     import time
 
-    from dashboard.audit import audit_verify
+    from dashboard.audit.services import audit_verify
 
     global _audit_checked
     cached = _audit_checked

@@ -20,10 +20,15 @@ from django.db.models import F, Min, Q, Subquery
 from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
 
-from collectors.readers import StoreReading
-from dashboard import charts, exports, partition_writes, selectors, sparkline, storable
-from dashboard.audit import audit_append, changed_values
-from dashboard.bulk import copy_insert
+from streamoffsets.stores.reading import StoreReading
+from dashboard import selectors
+from dashboard.charts import render as charts
+from dashboard.exports import views as exports
+from dashboard.monitoring import storable
+from offsetwatch.lib import sparkline
+from dashboard.monitoring import partition_writes
+from dashboard.audit.services import audit_append, changed_values
+from offsetwatch.lib.pgcopy import copy_insert
 from dashboard.models import (
     ApiToken,
     Batch,
@@ -41,8 +46,8 @@ from dashboard.models import (
     StoreProblem,
     WatermarkSample,
 )
-from dashboard.packing import pack, pack_map, pack_partitions, unpack_map, unpack_watermarks
-from dashboard.params import ChartParams, TimeRange, time_zone
+from offsetwatch.lib.packing import pack, pack_map, pack_partitions, unpack_map, unpack_watermarks
+from dashboard.web.params import ChartParams, TimeRange, time_zone
 from streamoffsets import evaluation, partition_rules
 from streamoffsets.evaluation import Sample
 from streamoffsets.kafka import WatermarkResult
@@ -471,7 +476,7 @@ def _pipeline_evaluation(
     record_misses: dict[tuple[str, int, int], str] | None = None,
 ) -> PipelineEvaluation:
     """One pipeline's evaluation from data already in memory (no queries). `written_ms`: when
-    each partition was last written, where the store says (dashboard.partition_writes)."""
+    each partition was last written, where the store says (dashboard.monitoring.partition_writes)."""
     window = [
         Sample(s.sampled_at.timestamp(), s.committed, series.highs_at.get(s.sampled_at, {}),
                s.last_batch_ms / 1000 if s.last_batch_ms else None, s.total_lag)
@@ -746,7 +751,7 @@ def user_create_or_update(
     from django.core.exceptions import ValidationError
     from django.core.validators import validate_email
 
-    from dashboard.roles import ROLES
+    from dashboard.accounts.roles import ROLES
 
     User = get_user_model()
     unknown = [r for r in roles if r not in ROLES]

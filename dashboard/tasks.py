@@ -18,11 +18,11 @@ def export_run(job_id: int) -> None:
 
 @shared_task(bind=True, name="dashboard.tasks.notify_deliver", ignore_result=True, soft_time_limit=120, time_limit=150)
 def notify_deliver(self, channel: str, message: dict) -> None:
-    """Deliver one notification on one channel (dashboard.notify); transient failures are retried
+    """Deliver one notification on one channel (dashboard.notifications.services); transient failures are retried
     with growing pauses, and the last one is logged, never raised further."""
     from django.conf import settings
 
-    from dashboard import notify
+    from dashboard.notifications import services as notify
 
     try:
         notify.deliver(channel=channel, message=message)

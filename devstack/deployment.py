@@ -2,7 +2,7 @@
 
 A private PostgreSQL cluster and a private Redis (both on free loopback ports, so a test may
 SIGKILL or SIGSTOP them without touching the shared servers), then, as compose's services do:
-`manage.py migrate` (the one-shot `migrate` service), gunicorn serving dashboard.wsgi (`web`),
+`manage.py migrate` (the one-shot `migrate` service), gunicorn serving offsetwatch.wsgi (`web`),
 one Celery worker on the queues collect and default (`worker`) and one `celery beat` (`beat`).
 The app processes get the environment compose gives them (OFFSETWATCH_ENV=production, the
 database and Redis URLs, a shared export directory) plus a short poll interval.
@@ -162,7 +162,7 @@ class Deployment:
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("OFFSETWATCH_", "DJANGO_", "CELERY_"))},
             "PYTHONPATH": str(ROOT),
-            "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+            "DJANGO_SETTINGS_MODULE": "offsetwatch.settings",
             "OFFSETWATCH_ENV": "production",
             "OFFSETWATCH_SECRET_KEY": secrets.token_urlsafe(50),
             "OFFSETWATCH_ALLOWED_HOSTS": f"{LOOPBACK},localhost",
@@ -211,17 +211,17 @@ class Deployment:
                 "--save", "", "--appendonly", "no", "--dir", str(self.run_dir)],
                 self.env, self.log_dir / "redis.log", lambda: port_is_open(self.redis_port)),
             "web": Proc("web", [
-                str(BIN / "gunicorn"), "dashboard.wsgi", f"--bind={LOOPBACK}:{self.web_port}",
+                str(BIN / "gunicorn"), "offsetwatch.wsgi", f"--bind={LOOPBACK}:{self.web_port}",
                 f"--workers={self.web_workers}", "--timeout=120", "--access-logfile=-",
                 f"--forwarded-allow-ips={LOOPBACK}"],
                 self.env, self.log_dir / "web.log", lambda: port_is_open(self.web_port)),
             "worker": Proc("worker", [
-                celery, "-A", "collectors.celery_app", "worker", "--loglevel=INFO", "-Q", "collect,default",
+                celery, "-A", "offsetwatch.celery", "worker", "--loglevel=INFO", "-Q", "collect,default",
                 "-c", str(self.worker_concurrency), "-n", f"worker@{self.web_port}"],
                 self.env, self.log_dir / "worker.log", lambda: "ready." in self._log_text("worker", since_start=True),
                 ready_timeout_s=45),
             "beat": Proc("beat", [
-                celery, "-A", "collectors.celery_app", "beat", "--loglevel=INFO",
+                celery, "-A", "offsetwatch.celery", "beat", "--loglevel=INFO",
                 f"--schedule={self.run_dir / 'celerybeat-schedule'}"],
                 self.env, self.log_dir / "beat.log", lambda: "beat: Starting" in self._log_text("beat", since_start=True)),
         }

@@ -418,7 +418,7 @@ def batches_compared(dep: FaultRun, sources: Sources) -> tuple[int, int, list[st
     import os
     import signal
 
-    from streamoffsets.store import open_store
+    from streamoffsets.stores.base import open_store
 
     # The writer pauses so the collectors can catch up with what the stores hold.
     os.kill(sources.writer.pid, signal.SIGSTOP)

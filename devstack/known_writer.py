@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from streamoffsets.store import open_store
+from streamoffsets.stores.base import open_store
 from streamoffsets.types import BatchOffsets
 
 

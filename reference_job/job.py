@@ -4,13 +4,13 @@ Two modes:
 - `--store URL` (the default way): the offset store is the job's source of truth, not a Spark
   checkpoint (checkpoints do not survive application upgrades). Each run uses a fresh,
   temporary checkpoint and starts from what `streamoffsets.restart` resolves from the newest
-  stored batch. The store is any writable one `streamoffsets.store.open_store` knows: hbase://,
+  stored batch. The store is any writable one `streamoffsets.stores.base.open_store` knows: hbase://,
   zk://, kafka:// or file://.
 - `--checkpoint DIR`: Spark's own checkpoint in DIR is kept across runs and is the position
   (the dashboard reads it as a `checkpoint://` store; the pipeline's group is DIR's name). A
   checkpoint's offsets win over `startingOffsets`, so applying a rewind moves DIR aside
   (`DIR.before-rewind-<id>-<UTC time>`, kept) and starts a fresh DIR from the target, with the
-  marker `DIR/offsetwatch-start.json` written before the query starts (streamoffsets.checkpoint).
+  marker `DIR/offsetwatch-start.json` written before the query starts (streamoffsets.stores.checkpoint).
   A stored position out of range cannot be clamped there (Spark would resume from the
   checkpoint anyway): such a start is refused.
 
@@ -37,7 +37,7 @@ from typing import Callable
 
 from reference_job.output import OutputSink
 from reference_job.sources import SOURCES, kafka_stream_reader
-from streamoffsets.checkpoint import CheckpointStore, start_fresh_checkpoint
+from streamoffsets.stores.checkpoint import CheckpointStore, start_fresh_checkpoint
 from streamoffsets.dashboard_client import (
     DashboardClient,
     instance_id,
@@ -51,7 +51,7 @@ from streamoffsets.restart import (
     StartPlan,
     restart,
 )
-from streamoffsets.store import open_store
+from streamoffsets.stores.base import open_store
 from streamoffsets.types import BatchOffsets
 
 log = logging.getLogger("offsetwatch.job")

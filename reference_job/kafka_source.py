@@ -8,7 +8,7 @@ same as with the official source. Unlike it, one query reads exactly one topic.
 
 Offsets are topic-keyed JSON like Spark's Kafka source, `{"<topic>": {"<partition>": <next
 offset to read>}}` with partitions in numeric order, so a checkpoint's `offsets/<batchId>` files
-read the same whichever of the two sources wrote them (`streamoffsets.checkpoint` reads them).
+read the same whichever of the two sources wrote them (`streamoffsets.stores.checkpoint` reads them).
 Offsets of the flat form `{"<partition>": offset}` that earlier versions of this module wrote
 are still accepted when a query restarts from such a checkpoint (the checkpoint reader cannot
 tell their topic and reports them).

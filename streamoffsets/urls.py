@@ -127,7 +127,7 @@ DEFAULT_PORTS = {"hbase": 9090, "zk": 2181, "kafka": 9092}
 # HBase: [namespace:]qualifier, each of word characters, "-" and "." (not starting with "."), as
 # TableName.isLegalTableQualifierName accepts.
 _HBASE_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-# The Thrift server's transport and protocol (streamoffsets.hbase.HBaseOffsetStore.from_url).
+# The Thrift server's transport and protocol (streamoffsets.stores.hbase.HBaseOffsetStore.from_url).
 _HBASE_OPTIONS = {"transport": ("buffered", "framed"), "protocol": ("binary", "compact")}
 _HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
 # Only ZooKeeper logs in with the URL's user part (digest ACLs); elsewhere it would be ignored.

@@ -90,7 +90,8 @@ def collectors_ticking(db):
     from django.conf import settings
     from django.utils import timezone
 
-    from dashboard import collector_health, services
+    from dashboard import services
+    from dashboard.monitoring import health as collector_health
     from collectors.redis_keys import BEAT_SENT_KEY
 
     try:
@@ -110,7 +111,8 @@ def _fresh_chart_cache_and_heavy_slots(request):
         return
     import redis
 
-    from dashboard import chart_cache, heavy
+    from dashboard.web import heavy
+    from dashboard.charts import cache as chart_cache
 
     def reset() -> None:
         try:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from dashboard import services
 from dashboard.models import Cluster, Store
 from reference_job.producer import ensure_topic, produce
-from streamoffsets.hbase import HBaseOffsetStore
+from streamoffsets.stores.hbase import HBaseOffsetStore
 from streamoffsets.types import BatchOffsets
 
 
@@ -48,7 +48,7 @@ def offline_pipeline(
     {partition: (low, high)} at `sampled_at`, which samples and evaluates it."""
     from django.utils import timezone
 
-    from collectors.readers import StoreReading
+    from streamoffsets.stores.reading import StoreReading
     from dashboard.models import Pipeline
     from streamoffsets.kafka import WatermarkResult
     from streamoffsets.types import PipelineKey, Watermarks
@@ -68,7 +68,7 @@ def offline_pipeline(
 
 
 def person(name: str, *roles: str, password: str | None = None):
-    """A named user with the given roles (dashboard.roles), made as `manage.py create_user` makes them;
+    """A named user with the given roles (dashboard.accounts.roles), made as `manage.py create_user` makes them;
     no roles: a bare account (a logged-in user nobody gave a role)."""
     from django.contrib.auth.models import User
 
@@ -106,7 +106,7 @@ def samples_bulk(pipeline, *, start, step_s: float, count: int, highs, committed
     from datetime import timedelta
 
     from dashboard.models import LagSample, WatermarkSample
-    from dashboard.packing import pack
+    from offsetwatch.lib.packing import pack
     from streamoffsets.evaluation import sample_lag
 
     marks, lags = [], []
@@ -132,9 +132,9 @@ def approved_replay(stack, unique_name, tmp_path) -> dict:
     """A topic with 10 records per partition; the job's offset file holds {0: 10, 1: 10}; the
     dashboard knows two batches ({4, 4} then {10, 10}) and the watermarks; a rewind to the first
     one requested by olga and approved by amir; a pipeline token for the job."""
-    from dashboard.rewinds import rewind_decide, rewind_request
-    from dashboard.roles import APPROVER, OPERATOR
-    from streamoffsets.offsetfile import OffsetFileStore
+    from dashboard.rewinds.services import rewind_decide, rewind_request
+    from dashboard.accounts.roles import APPROVER, OPERATOR
+    from streamoffsets.stores.offsetfile import OffsetFileStore
 
     topic, group = unique_name("orders"), "etl"
     ensure_topic(stack.kafka_bootstrap, topic, 2)
@@ -194,8 +194,8 @@ def security_world(unique_name, tmp_path) -> SecurityWorld:
     from django.utils import timezone
 
     from dashboard.models import ExportJob, Incident, StoreProblem
-    from dashboard.rewinds import rewind_request
-    from dashboard.roles import APPROVER, OPERATOR, VIEWER
+    from dashboard.rewinds.services import rewind_request
+    from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
 
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 10), 1: (0, 10)},
                                 batches=[(REPLAY_T0, {0: 4, 1: 4}), (REPLAY_T0 + 10_000, {0: 9, 1: 8})])
@@ -218,11 +218,11 @@ def security_world(unique_name, tmp_path) -> SecurityWorld:
     Incident.objects.create(pipeline=pipeline, opened_at=timezone.now(), closed_at=timezone.now(), worst_status=2,
                             reasons=["test"])  # closed: the evaluation may have opened one already
     StoreProblem.objects.create(store=pipeline.store, key="row-1", problem="test")
-    from dashboard import collector_health
+    from dashboard.monitoring import health as collector_health
 
     services.source_health_record(source=collector_health.BEAT_SOURCE, label=collector_health.BEAT_LABEL,
                                   started_at=timezone.now(), duration_ms=0)
-    from axes.models import AccessAttempt, AccessFailureLog  # login throttling's rows (dashboard/lockout.py)
+    from axes.models import AccessAttempt, AccessFailureLog  # login throttling's rows (dashboard/accounts/lockout.py)
 
     AccessAttempt.objects.create(username="mallory", ip_address="198.51.100.9", user_agent="t", failures_since_start=1)
     AccessFailureLog.objects.create(username="mallory", ip_address="198.51.100.9", user_agent="t")

@@ -18,9 +18,9 @@ from django.test import RequestFactory
 from django.urls import reverse
 
 from dashboard import selectors, services
-from dashboard.audit import audit_append, change_lines, request_actor
+from dashboard.audit.services import audit_append, change_lines, request_actor
 from dashboard.models import ApiToken, AuditEvent, Cluster, Pipeline, PipelineToken, Store
-from dashboard.roles import APPROVER, OPERATOR, VIEWER
+from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
 from tests.factories import offline_pipeline, person
 from tests.test_audit_chain import _behind_the_apps_back
 
@@ -151,7 +151,7 @@ def test_filters_narrow_the_page(client, alice, unique_name):
 
 
 @pytest.mark.parametrize("query,field,message", [
-    ({"pipeline": "abc"}, "pipeline", "'abc' is not a whole number from 1 to"),  # dashboard.params
+    ({"pipeline": "abc"}, "pipeline", "'abc' is not a whole number from 1 to"),  # dashboard.web.params
     ({"since": "yesterday"}, "since", "not a date-time"),
     ({"since": "2026-01-02T00:00", "until": "2026-01-01T00:00"}, "until", "must be after"),
     ({"action": "rewind.sideways"}, "action", "Select a valid choice"),

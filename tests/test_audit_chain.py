@@ -6,7 +6,7 @@ import threading
 import pytest
 from django.db import DatabaseError, connection, connections, transaction
 
-from dashboard.audit import GENESIS, audit_append, audit_verify
+from dashboard.audit.services import GENESIS, audit_append, audit_verify
 from dashboard.models import AuditEvent
 from tests.factories import offline_pipeline
 

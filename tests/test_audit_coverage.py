@@ -21,12 +21,12 @@ from django.urls import reverse
 
 from dashboard import services
 from dashboard.admin import AuditedAdmin
-from dashboard.audit import audit_verify
+from dashboard.audit.services import audit_verify
 from dashboard.models import (
     AuditEvent, Cluster, Incident, PipelineToken, SourceHealth, StartReport, Store, StoreProblem,
 )
-from dashboard.rewinds import rewind_decide, rewind_request
-from dashboard.roles import APPROVER, OPERATOR, VIEWER
+from dashboard.rewinds.services import rewind_decide, rewind_request
+from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
 from tests.factories import offline_pipeline, person
 
 pytestmark = pytest.mark.django_db

@@ -7,7 +7,7 @@ import pytest
 from celery.contrib.testing.worker import start_worker
 
 from collectors import tasks
-from collectors.celery_app import app
+from offsetwatch.celery import app
 from collectors.locks import source_lock
 from dashboard.models import Batch, LagSample, SourceHealth
 from tests.factories import hbase_store_setup, save
@@ -162,7 +162,7 @@ def test_a_failing_source_backs_off_while_a_healthy_one_keeps_its_cadence(stack,
 
 
 def test_full_timeout_attempts_back_off_up_to_the_cap(settings):
-    from dashboard.collector_health import full_attempt_due
+    from dashboard.monitoring.health import full_attempt_due
 
     settings.POLL_INTERVAL_S, settings.POLL_BACKOFF_MAX_S = 2.0, 60.0  # the cap: every 30 cycles
     assert [f for f in range(100) if full_attempt_due(f)] == [0, 1, 2, 4, 8, 16, 30, 60, 90]
@@ -171,7 +171,7 @@ def test_full_timeout_attempts_back_off_up_to_the_cap(settings):
 LOCK_HOLDER = """
 import os, sys, time
 import django
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "offsetwatch.settings")
 django.setup()
 from collectors import tasks
 

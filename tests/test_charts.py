@@ -12,11 +12,12 @@ from django.utils import timezone as dj_timezone
 from hypothesis import given, settings as hsettings
 from hypothesis import strategies as st
 
-from dashboard import charts, selectors
+from dashboard import selectors
+from dashboard.charts import render as charts
 from dashboard.models import Incident, StartReport
-from dashboard.params import ChartParams, TimeRange
+from dashboard.web.params import ChartParams, TimeRange
 from streamoffsets.evaluation import Status, lag_seconds, lag_seconds_series
-from dashboard.roles import VIEWER
+from dashboard.accounts.roles import VIEWER
 from tests.factories import person, pipeline_row, samples_bulk
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)

@@ -9,7 +9,7 @@ from django.urls import reverse
 from collectors.cycle import collect_once
 from dashboard import services
 from dashboard.models import Pipeline
-from dashboard.roles import VIEWER
+from dashboard.accounts.roles import VIEWER
 from reference_job.producer import ensure_topic, produce
 from tests.corpus import spark_batch
 from tests.factories import person
@@ -62,7 +62,7 @@ def test_an_out_of_range_partition_has_no_lag_numbers_and_says_why(client, stack
 
     from dashboard.models import PipelineEvaluation
     from streamoffsets.kafka import WatermarkResult
-    from streamoffsets.store import open_store
+    from streamoffsets.stores.base import open_store
     from streamoffsets.types import BatchOffsets, Watermarks
 
     topic, group = unique_name("orders"), "etl"

@@ -113,7 +113,7 @@ def test_a_deleted_topic_is_reported_and_other_topics_keep_their_lag(stack, uniq
 def test_a_store_without_history_becomes_history_through_samples(stack, unique_name):
     """Kafka group offsets keep only the current position: unchanged samples add no batch."""
     from dashboard import services
-    from streamoffsets.store import open_store
+    from streamoffsets.stores.base import open_store
 
     s = hbase_store_setup(stack, unique_name, partitions=2, records=10)
     store = services.store_get_or_create(
@@ -188,7 +188,7 @@ def test_every_store_kind_whose_server_is_away_is_a_failed_poll(stack, unique_na
 
 @pytest.fixture
 def vera(client):
-    from dashboard.roles import VIEWER
+    from dashboard.accounts.roles import VIEWER
     from tests.factories import person
 
     user = person("vera", VIEWER, password="correct horse battery")
@@ -215,7 +215,8 @@ def ago(seconds: float):
 
 
 def beat_ran(at) -> None:
-    from dashboard import collector_health, services
+    from dashboard import services
+    from dashboard.monitoring import health as collector_health
 
     services.source_health_record(source=collector_health.BEAT_SOURCE, label=collector_health.BEAT_LABEL,
                                   started_at=at, duration_ms=0)

@@ -25,7 +25,7 @@ from django.urls import reverse
 from collectors.cycle import collect_once
 from dashboard import services
 from dashboard.models import Pipeline, StoreProblem
-from dashboard.roles import VIEWER
+from dashboard.accounts.roles import VIEWER
 from reference_job.producer import ensure_topic, produce
 from tests.corpus import KINDS, STORE_KIND, Expect, Part, Row, World, check_pipeline, spark_batch
 from tests.factories import person

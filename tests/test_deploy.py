@@ -21,7 +21,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
-SETTINGS_SOURCE = (ROOT / "dashboard" / "settings.py").read_text()
+SETTINGS_SOURCE = (ROOT / "offsetwatch" / "settings.py").read_text()
 GOOD_KEY = "k" * 20 + "-random-enough-for-the-check-" + "z" * 20
 APP_VARS = re.compile(r"^(OFFSETWATCH_\w+|DATABASE_URL|REDIS_URL)$")
 
@@ -139,15 +139,15 @@ def test_long_running_services_have_health_checks(normalized):
     web_check = " ".join(services["web"]["healthcheck"]["test"])
     assert "/healthz" in web_check
     worker_check = " ".join(services["worker"]["healthcheck"]["test"])
-    assert "inspect ping" in worker_check and "collectors.celery_app" in worker_check
+    assert "inspect ping" in worker_check and "offsetwatch.celery" in worker_check
 
 
 def test_commands(normalized):
     services = normalized["services"]
     beats = [name for name, s in services.items() if "beat" in (s.get("command") or [])]
     assert beats == ["beat"]
-    assert services["web"]["command"][:2] == ["gunicorn", "dashboard.wsgi"]
-    assert services["worker"]["command"][:4] == ["celery", "-A", "collectors.celery_app", "worker"]
+    assert services["web"]["command"][:2] == ["gunicorn", "offsetwatch.wsgi"]
+    assert services["worker"]["command"][:4] == ["celery", "-A", "offsetwatch.celery", "worker"]
     migrate = " ".join(services["migrate"]["command"])
     assert migrate.index("migrate --noinput") < migrate.index("collectstatic --noinput")
     job = services["spark-job"]
@@ -181,7 +181,7 @@ def test_setup_installs_docker_compose_for_tests_only_when_missing():
 def load_settings(env: dict[str, str], code: str = "") -> subprocess.CompletedProcess:
     """Import the settings in a fresh interpreter with exactly this application environment."""
     base = {k: v for k, v in os.environ.items() if not APP_VARS.match(k)}
-    base.update({"DJANGO_SETTINGS_MODULE": "dashboard.settings", "DATABASE_URL": "sqlite:////tmp/ow-deploy-test.sqlite3"})
+    base.update({"DJANGO_SETTINGS_MODULE": "offsetwatch.settings", "DATABASE_URL": "sqlite:////tmp/ow-deploy-test.sqlite3"})
     base.update(env)
     script = "import django; django.setup()\nfrom django.conf import settings\n" + code
     return subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=base, capture_output=True, text=True, timeout=60)
@@ -294,7 +294,7 @@ def test_gunicorn_serves_static_files_through_whitenoise(tmp_path):
 # --- queues, health ----------------------------------------------------------------------------
 
 def test_polls_go_to_the_collect_queue_everything_else_to_default():
-    from collectors.celery_app import app
+    from offsetwatch.celery import app
 
     route = app.amqp.router.route
     assert route({}, "collectors.tasks.poll_store")["queue"].name == "collect"
@@ -309,9 +309,9 @@ def test_polls_go_to_the_collect_queue_everything_else_to_default():
 def test_worker_health_check_answers_while_the_worker_runs():
     """The compose healthcheck's command against a real worker: 0 while it runs, not 0 after."""
     node = f"health-{uuid.uuid4().hex[:8]}@{socket.gethostname()}"
-    ping = [sys.executable, "-m", "celery", "-A", "collectors.celery_app", "inspect", "ping", "--destination", node,
+    ping = [sys.executable, "-m", "celery", "-A", "offsetwatch.celery", "inspect", "ping", "--destination", node,
             "--timeout", "5"]
-    worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "collectors.celery_app", "worker", "-n", node,
+    worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "offsetwatch.celery", "worker", "-n", node,
                                "--pool", "solo", "--loglevel", "WARNING", "-Q", "default"],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -381,7 +381,7 @@ def test_zookeeper_store_with_digest_credentials(stack, unique_name):
     """zk://user:password@hosts/chroot authenticates; nodes it creates are writable only by that
     identity and readable by anyone (the dashboard's collectors included)."""
     from streamoffsets.errors import OffsetStoreError
-    from streamoffsets.store import open_store
+    from streamoffsets.stores.base import open_store
     from streamoffsets.types import BatchOffsets
 
     chroot = f"/{unique_name('acl')}"
@@ -454,7 +454,7 @@ def test_hbase_url_chooses_the_thrift_transport_and_protocol(stack):
     """The stand-in, like `hbase thrift start` by default, speaks buffered transport and binary
     protocol: a framed or compact client gets no answer from it, so the options reach happybase."""
     from streamoffsets.errors import OffsetStoreError
-    from streamoffsets.hbase import HBaseOffsetStore
+    from streamoffsets.stores.hbase import HBaseOffsetStore
 
     base = f"hbase://{stack.hbase_host}:{stack.hbase_port}/stream_kafka_offsets"
     store = HBaseOffsetStore.from_url(base + "?transport=framed&protocol=compact", timeout_ms=1500)

@@ -23,7 +23,7 @@ import pytest
 from devstack.components import LOOPBACK, free_port
 from reference_job.producer import ensure_topic, produce
 from streamoffsets.dashboard_client import DashboardClient, DashboardError
-from streamoffsets.hbase import HBaseOffsetStore
+from streamoffsets.stores.hbase import HBaseOffsetStore
 from streamoffsets.types import BatchOffsets
 from devstack.deployment import ROOT, Deployment, wait_for
 
@@ -236,16 +236,16 @@ def test_every_process_binds_the_tasks_to_the_projects_celery_app(tmp_path):
             "print(tasks.export_run.app.main, tasks.export_run.app.conf.broker_url,"
             " tasks.notify_deliver.app.conf.broker_url)")
     env = {k: v for k, v in os.environ.items() if k != "CELERY_BROKER_URL"}
-    env.update(DJANGO_SETTINGS_MODULE="dashboard.settings", REDIS_URL="redis://127.0.0.1:6399/7")
+    env.update(DJANGO_SETTINGS_MODULE="offsetwatch.settings", REDIS_URL="redis://127.0.0.1:6399/7")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
                          check=True, timeout=60).stdout.split()
     assert out == ["offsetwatch", "redis://127.0.0.1:6399/7", "redis://127.0.0.1:6399/7"]
 
 
 def test_the_celery_app_imports_first_as_worker_and_beat_load_it():
-    """`celery -A collectors.celery_app` imports the app before Django: the app's own imports
+    """`celery -A offsetwatch.celery` imports the app before Django: the app's own imports
     must not come back to it through the dashboard package (a cycle once stopped beat)."""
-    code = "import collectors.celery_app as m; print(m.app.main)"
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "dashboard.settings"}
+    code = "import offsetwatch.celery as m; print(m.app.main)"
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "offsetwatch.settings"}
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.split() == ["offsetwatch"], out.stderr

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dashboard.downsample import lttb, minmax_buckets
+from offsetwatch.lib.downsample import lttb, minmax_buckets
 
 BOTH = [minmax_buckets, lttb]
 

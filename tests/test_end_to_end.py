@@ -9,10 +9,10 @@ from celery.contrib.testing.worker import start_worker
 from django.urls import reverse
 
 from collectors import tasks
-from collectors.celery_app import app
+from offsetwatch.celery import app
 from dashboard import services
 from dashboard.models import Batch, LagSample, Pipeline, PipelineEvaluation
-from dashboard.roles import VIEWER
+from dashboard.accounts.roles import VIEWER
 from reference_job.job import JobConfig, ReferenceJob
 from reference_job.producer import ensure_topic, produce_forever
 from streamoffsets.kafka import KafkaWatermarkReader

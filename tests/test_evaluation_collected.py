@@ -10,7 +10,7 @@ from django.utils import timezone
 from collectors.cycle import collect_once
 from dashboard import services
 from dashboard.models import Incident, Pipeline, PipelineEvaluation
-from dashboard.roles import VIEWER
+from dashboard.accounts.roles import VIEWER
 from streamoffsets.evaluation import Status
 from streamoffsets.kafka import WatermarkResult
 from streamoffsets.types import Watermarks
@@ -72,7 +72,7 @@ def test_low_out_of_range_is_explained_in_words(oncall, stack, unique_name):
 
 def test_offsets_of_one_job_in_two_stores_are_compared_and_drift_flagged(oncall, stack, unique_name):
     """The job keeps HBase rows and also commits to its Kafka group; the commit fell behind."""
-    from streamoffsets.store import open_store
+    from streamoffsets.stores.base import open_store
     from streamoffsets.types import BatchOffsets
 
     s = hbase_store_setup(stack, unique_name, partitions=2, records=20)
@@ -156,7 +156,7 @@ def test_a_store_poll_between_a_cluster_poll_s_reads_is_not_a_stall(unique_name)
 
 
 def _reading(pipeline, batches):
-    from collectors.readers import StoreReading
+    from streamoffsets.stores.reading import StoreReading
     from streamoffsets.types import BatchOffsets, PipelineKey
 
     key = PipelineKey(pipeline.topic, pipeline.group)

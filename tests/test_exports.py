@@ -16,9 +16,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from dashboard import exports, services
+from dashboard import services
+from dashboard.exports import views as exports
 from dashboard.models import Batch, ExportJob
-from dashboard.roles import VIEWER
+from dashboard.accounts.roles import VIEWER
 from tests.factories import person, pipeline_row, samples_bulk
 
 pytestmark = pytest.mark.django_db
@@ -281,7 +282,7 @@ def test_the_export_service_writes_the_file_with_progress_and_the_owner_download
 
 
 def test_a_chart_export_job_writes_the_chart_rows(alice, settings, tmp_path, charted):
-    from dashboard.params import TimeRange
+    from dashboard.web.params import TimeRange
 
     settings.EXPORT_DIR = tmp_path
     now = timezone.now()
@@ -325,7 +326,7 @@ def test_prune_removes_expired_exports_and_their_files_and_fails_orphaned_ones(a
 
 
 def exports_range_all():
-    from dashboard.params import TimeRange
+    from dashboard.web.params import TimeRange
 
     return TimeRange(None, timezone.now(), "all")
 

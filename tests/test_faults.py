@@ -15,13 +15,14 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from collectors import readers, tasks
+from collectors import tasks
+from streamoffsets.stores import reading as readers
 from collectors.cycle import collect_once
 from dashboard import services
 from dashboard.models import Batch, SourceHealth
 from devstack.components import LOOPBACK, Component, Stack, StackPorts, free_port
 from reference_job.producer import ensure_topic, produce
-from streamoffsets.store import open_store
+from streamoffsets.stores.base import open_store
 from streamoffsets.types import BatchOffsets
 
 pytestmark = pytest.mark.django_db
@@ -222,7 +223,7 @@ def test_with_redis_stopped_the_broker_is_named_down(private, client, settings, 
     /api/v1/collectors said every source was healthy. The private Redis is stopped here."""
     from django.urls import reverse
 
-    from dashboard.roles import VIEWER
+    from dashboard.accounts.roles import VIEWER
     from tests.factories import person
 
     stack, comps = private

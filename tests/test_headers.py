@@ -1,4 +1,4 @@
-"""Response headers of every route (dashboard/headers.py, SecurityMiddleware, django-csp): issue #12
+"""Response headers of every route (dashboard/web/headers.py, SecurityMiddleware, django-csp): issue #12
 observation 7. The routes are walked from the URL resolver, so a new route is covered by adding it."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from dashboard.roles import VIEWER
+from dashboard.accounts.roles import VIEWER
 from tests.factories import offline_pipeline, person
 
 pytestmark = pytest.mark.django_db

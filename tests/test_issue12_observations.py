@@ -16,7 +16,7 @@ from django.urls import reverse
 from collectors.cycle import poll_store
 from dashboard import services
 from dashboard.models import AuditEvent, Pipeline, Store
-from dashboard.roles import VIEWER
+from dashboard.accounts.roles import VIEWER
 from tests.factories import hbase_store_setup, offline_pipeline, person, save
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -6,7 +6,7 @@ import pytest
 from reference_job.job import JobConfig, ReferenceJob
 from reference_job.output import OutputSink
 from reference_job.producer import ensure_topic, produce
-from streamoffsets.hbase import HBaseOffsetStore
+from streamoffsets.stores.hbase import HBaseOffsetStore
 
 pytestmark = pytest.mark.spark
 

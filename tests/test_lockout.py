@@ -1,4 +1,4 @@
-"""Login throttling (django-axes, dashboard/lockout.py): issue #12 observation 5.
+"""Login throttling (django-axes, dashboard/accounts/lockout.py): issue #12 observation 5.
 
 Failed logins are counted per (user name, address): LOGIN_FAILURE_LIMIT (5) failures lock that
 pair out for LOGIN_COOLOFF seconds with a 429 page; the same user from another address and
@@ -17,10 +17,10 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from dashboard.audit import audit_verify
-from dashboard.lockout import LOCKED_OUT, UNLOCKED
+from dashboard.audit.services import audit_verify
+from dashboard.accounts.lockout import LOCKED_OUT, UNLOCKED
 from dashboard.models import AuditEvent
-from dashboard.roles import VIEWER
+from dashboard.accounts.roles import VIEWER
 from tests.factories import person
 
 pytestmark = pytest.mark.django_db

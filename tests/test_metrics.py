@@ -11,9 +11,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from dashboard import metrics, services
+from dashboard import services
+from dashboard.api import metrics
 from dashboard.models import SourceHealth
-from dashboard.roles import VIEWER
+from dashboard.accounts.roles import VIEWER
 from dashboard.selectors import PipelineMetrics
 from tests.factories import offline_pipeline, person
 

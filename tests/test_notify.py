@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from dashboard import notify
+from dashboard.notifications import services as notify
 from dashboard.tasks import notify_deliver
 
 SUMMARY = {
@@ -187,7 +187,7 @@ def test_the_last_failure_is_logged_clearly_never_raised_and_without_the_secret(
     with Webhook(statuses=(503,)) as hook:
         webhook_only.NOTIFY_WEBHOOK_URL = hook.url
         webhook_only.NOTIFY_RETRIES = 2
-        with caplog.at_level(logging.INFO, logger="dashboard.notify"):
+        with caplog.at_level(logging.INFO, logger="dashboard.notifications.services"):
             result = notify_deliver.apply(args=["webhook", notify.rewind_message(event="requested",
                                                                                  rewind_summary=SUMMARY)])
     assert result.successful() and len(hook.received) == 3
@@ -200,7 +200,7 @@ def test_the_last_failure_is_logged_clearly_never_raised_and_without_the_secret(
 def test_a_permanent_failure_is_logged_once_and_not_retried(webhook_only, caplog):
     with Webhook(statuses=(404,)) as hook:
         webhook_only.NOTIFY_WEBHOOK_URL = hook.url
-        with caplog.at_level(logging.ERROR, logger="dashboard.notify"):
+        with caplog.at_level(logging.ERROR, logger="dashboard.notifications.services"):
             notify_deliver.apply(args=["webhook", notify.rewind_message(event="requested", rewind_summary=SUMMARY)])
     assert len(hook.received) == 1
     assert "failed, not retried: HTTP 404 Not Found" in caplog.text
@@ -270,7 +270,7 @@ def test_a_configured_channel_is_queued_after_commit_only(webhook_only, django_c
 def test_a_malformed_summary_is_logged_and_never_fails_the_caller(webhook_only, caplog,
                                                                  django_capture_on_commit_callbacks):
     webhook_only.NOTIFY_WEBHOOK_URL = "http://127.0.0.1:9/hook"
-    with caplog.at_level(logging.ERROR, logger="dashboard.notify"), django_capture_on_commit_callbacks() as callbacks:
+    with caplog.at_level(logging.ERROR, logger="dashboard.notifications.services"), django_capture_on_commit_callbacks() as callbacks:
         notify.notify_rewind(event="requested", rewind_summary={"id": 5, "before": "not offsets", "after": 3})
         notify.notify_rewind(event="requested", rewind_summary=None)  # type: ignore[arg-type]
     assert len(callbacks) == 1  # the odd but readable one is still sent

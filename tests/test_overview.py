@@ -8,9 +8,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from dashboard import services, sparkline
+from dashboard import services
+from offsetwatch.lib import sparkline
 from dashboard.models import PipelineEvaluation
-from dashboard.roles import VIEWER
+from dashboard.accounts.roles import VIEWER
 from tests.factories import offline_pipeline, person
 
 pytestmark = pytest.mark.django_db
@@ -144,7 +145,7 @@ def test_hostile_names_are_escaped(erin, unique_name):
 
 def test_a_pipeline_not_evaluated_yet_is_listed_as_unknown(erin, unique_name):
     """Discovered by a store poll, no watermark poll yet: no evaluation row."""
-    from collectors.readers import StoreReading
+    from streamoffsets.stores.reading import StoreReading
     from dashboard.models import Cluster, Store
     from streamoffsets.types import BatchOffsets, PipelineKey
 

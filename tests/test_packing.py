@@ -4,7 +4,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dashboard.packing import pack_map, pack_partitions, unpack_map, unpack_partitions
+from offsetwatch.lib.packing import pack_map, pack_partitions, unpack_map, unpack_partitions
 
 offsets = st.one_of(st.none(), st.integers(0, 2**63 - 1))
 

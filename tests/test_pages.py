@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from collectors.cycle import collect_once
 from dashboard.models import Pipeline
-from dashboard.roles import VIEWER
+from dashboard.accounts.roles import VIEWER
 from tests.factories import hbase_store_setup, person, save
 
 pytestmark = pytest.mark.django_db

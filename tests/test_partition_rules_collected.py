@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 from collectors.cycle import collect_once
 from dashboard import services
 from dashboard.models import Incident, Pipeline, PipelineEvaluation
-from dashboard.roles import VIEWER
+from dashboard.accounts.roles import VIEWER
 from reference_job.producer import ensure_topic, produce
 from streamoffsets.evaluation import Status
 from tests.factories import person
@@ -126,7 +126,7 @@ def test_stuck_partitions_are_stalled_then_stopped_while_the_control_partition_a
 def test_zookeeper_readings_carry_each_partition_nodes_write_time(stack, unique_name):
     """The per-partition write times the STOPPED rule needs: each znode's mtime, outside equality."""
     from streamoffsets.types import BatchOffsets
-    from streamoffsets.zookeeper import ZooKeeperOffsetStore
+    from streamoffsets.stores.zookeeper import ZooKeeperOffsetStore
 
     topic, group = unique_name("orders"), unique_name("spout")
     zk = KazooClient(hosts=stack.zookeeper_hosts, timeout=5)

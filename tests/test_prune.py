@@ -8,7 +8,7 @@ from django.core.management import call_command
 
 from dashboard import services
 from dashboard.models import Batch, LagSample, Pipeline, Store, WatermarkSample
-from dashboard.packing import pack
+from offsetwatch.lib.packing import pack
 
 pytestmark = pytest.mark.django_db
 

@@ -22,19 +22,19 @@ from django.db import connections
 
 from collectors.cycle import collect_once, poll_store
 from dashboard import services
-from dashboard.audit import audit_verify
+from dashboard.audit.services import audit_verify
 from dashboard.models import AuditEvent, Pipeline, RewindRequest
-from dashboard.rewinds import rewind_decide, rewind_request
-from dashboard.roles import APPROVER, OPERATOR
+from dashboard.rewinds.services import rewind_decide, rewind_request
+from dashboard.accounts.roles import APPROVER, OPERATOR
 from reference_job.job import JobConfig, ReferenceJob
 from reference_job.output import OutputSink
 from reference_job.producer import ensure_topic, produce
-from streamoffsets.checkpoint import ASIDE_MARK, START_FILE, CheckpointStore
+from streamoffsets.stores.checkpoint import ASIDE_MARK, START_FILE, CheckpointStore
 from streamoffsets.dashboard_client import DashboardClient
 from streamoffsets.kafka import KafkaWatermarkReader
-from streamoffsets.offsetfile import OffsetFileStore
+from streamoffsets.stores.offsetfile import OffsetFileStore
 from streamoffsets.restart import StartRefused, restart
-from streamoffsets.store import open_store
+from streamoffsets.stores.base import open_store
 from streamoffsets.types import BatchOffsets, Watermarks
 from tests.factories import approved_replay, offline_pipeline, person, writable_store_url
 
@@ -272,7 +272,7 @@ def test_a_fresh_checkpoint_marker_is_the_position_until_the_first_commit(tmp_pa
     """A checkpoint job that crashed right after applying a rewind (marker written, no batch
     committed yet) restarts from the target; a kept-aside checkpoint is no pipeline; a damaged
     marker is reported, not guessed."""
-    from streamoffsets.checkpoint import start_fresh_checkpoint
+    from streamoffsets.stores.checkpoint import start_fresh_checkpoint
 
     old = tmp_path / "job-a"
     (old / "offsets").mkdir(parents=True)

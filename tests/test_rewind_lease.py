@@ -20,14 +20,14 @@ from django.utils import timezone
 
 from collectors.cycle import collect_once
 from dashboard import services
-from dashboard.audit import audit_verify
+from dashboard.audit.services import audit_verify
 from dashboard.models import AuditEvent, RewindRequest
-from dashboard.rewinds import rewind_decide, rewind_request
-from dashboard.roles import APPROVER, OPERATOR
+from dashboard.rewinds.services import rewind_decide, rewind_request
+from dashboard.accounts.roles import APPROVER, OPERATOR
 from reference_job.producer import ensure_topic, produce
 from streamoffsets.dashboard_client import DashboardClient, DashboardError
 from streamoffsets.kafka import KafkaWatermarkReader
-from streamoffsets.offsetfile import OffsetFileStore
+from streamoffsets.stores.offsetfile import OffsetFileStore
 from streamoffsets.restart import StartRefused, restart
 from streamoffsets.types import BatchOffsets
 from tests.factories import approved_replay, offline_pipeline, person
@@ -225,7 +225,7 @@ def test_a_claim_is_taken_over_after_its_lease_audited_and_the_old_holder_is_ref
 
 
 def test_a_stuck_claim_is_cancelled_by_an_approver_once_its_lease_ran_out(claimed, settings):
-    from dashboard.rewinds import RewindRefused, rewind_cancel
+    from dashboard.rewinds.services import RewindRefused, rewind_cancel
 
     r, post, job = claimed["rewind"], claimed["post"], claimed["job"]
     post("claim", "host-a:1")
@@ -246,7 +246,7 @@ def test_a_stuck_claim_is_cancelled_by_an_approver_once_its_lease_ran_out(claime
 
 
 def record(pipeline, ms, offsets):
-    from collectors.readers import StoreReading
+    from streamoffsets.stores.reading import StoreReading
     from streamoffsets.types import PipelineKey
 
     key = PipelineKey(pipeline.topic, pipeline.group)
@@ -255,7 +255,7 @@ def record(pipeline, ms, offsets):
 
 
 def test_only_the_exact_target_after_the_claim_counts_as_the_marker(claimed):
-    from dashboard.rewinds import rewinds_verify
+    from dashboard.rewinds.services import rewinds_verify
 
     p, r, post = claimed["pipeline"], claimed["rewind"], claimed["post"]
     post("claim", "host-a:1")

@@ -10,14 +10,14 @@ from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
-from collectors.readers import StoreReading
+from streamoffsets.stores.reading import StoreReading
 from dashboard import services
-from dashboard.audit import audit_verify
+from dashboard.audit.services import audit_verify
 from dashboard.models import AuditEvent, RewindRequest
-from dashboard.rewinds import (
+from dashboard.rewinds.services import (
     RewindRefused, rewind_cancel, rewind_decide, rewind_request, rewind_write_to_store, rewinds_expire, rewinds_verify,
 )
-from dashboard.roles import APPROVER, OPERATOR, VIEWER
+from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
 from streamoffsets.types import BatchOffsets, PipelineKey
 from tests.factories import offline_pipeline, person
 
@@ -290,8 +290,8 @@ def test_write_into_the_store_only_while_the_job_is_stopped(stack, unique_name, 
 
 def test_request_and_approval_notify_with_before_and_after(payments, actors, django_capture_on_commit_callbacks, settings):
     """A delivery is queued after each commit; the summary carries the offsets and the people."""
-    from dashboard import notify
-    from dashboard.rewinds import rewind_summary
+    from dashboard.notifications import services as notify
+    from dashboard.rewinds.services import rewind_summary
 
     settings.NOTIFY_WEBHOOK_URL = "http://127.0.0.1:9/hook"
     settings.PUBLIC_URL = "https://offsetwatch.example.com"
@@ -310,7 +310,7 @@ def test_request_and_approval_notify_with_before_and_after(payments, actors, dja
 def test_a_point_in_time_from_the_broker_s_index(payments, actors, monkeypatch):
     """Tansu answers every timestamp lookup with 0, so the broker's answer enters at its seam here;
     tests/test_restart_kafka.py checks the lookup itself on a full Kafka (KAFKA_BOOTSTRAP)."""
-    from dashboard import rewinds
+    from dashboard.rewinds import services as rewinds
 
     asked = []
 

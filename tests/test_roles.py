@@ -12,7 +12,7 @@ from django.http import HttpRequest, JsonResponse
 from django.test import RequestFactory
 from django.urls import reverse
 
-from dashboard.roles import APPROVER, OPERATOR, ROLES, VIEWER, role_required, user_has_role
+from dashboard.accounts.roles import APPROVER, OPERATOR, ROLES, VIEWER, role_required, user_has_role
 from tests.factories import offline_pipeline, person
 
 pytestmark = pytest.mark.django_db

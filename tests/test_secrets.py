@@ -19,12 +19,14 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 
 from collectors import cycle
-from dashboard import notify, rewinds, services
+from dashboard import services
+from dashboard.notifications import services as notify
+from dashboard.rewinds import services as rewinds
 from dashboard.models import Cluster, Incident, PipelineEvaluation, SourceHealth, Store
-from dashboard.roles import APPROVER, OPERATOR, VIEWER
+from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
 from devstack.components import free_port
 from reference_job.producer import ensure_topic, produce
-from streamoffsets.store import open_store
+from streamoffsets.stores.base import open_store
 from streamoffsets.types import BatchOffsets
 from tests.factories import person
 
@@ -178,7 +180,7 @@ def test_no_output_shows_a_store_or_cluster_secret(world, client, caplog, settin
 
 
 def test_the_console_log_filter_masks_urls_and_tracebacks():
-    from dashboard.logmask import MaskSecretsFilter
+    from offsetwatch.lib.logmask import MaskSecretsFilter
 
     try:
         raise RuntimeError(f"cannot reach zk://user:{ZK_PASSWORD}@h:2181/c")

@@ -24,8 +24,8 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from dashboard import services
 from dashboard.admin import ReadOnlyAuditedAdmin
-from dashboard.api import api_view
-from dashboard.roles import OPERATOR, VIEWER
+from dashboard.api.views import api_view
+from dashboard.accounts.roles import OPERATOR, VIEWER
 from tests.factories import ACTORS, STAFF_PERMISSIONS, offline_pipeline, person, security_world
 
 pytestmark = pytest.mark.django_db

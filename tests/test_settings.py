@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.settings import database_from_url, env_bool, env_float, env_list
+from offsetwatch.settings import database_from_url, env_bool, env_float, env_list
 
 
 def test_database_urls():

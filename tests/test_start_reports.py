@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from dashboard import services
 from dashboard.models import Pipeline, PipelineToken, StartReport
-from dashboard.roles import VIEWER
+from dashboard.accounts.roles import VIEWER
 from devstack.components import free_port
 from reference_job.job import JobConfig, ReferenceJob
 from streamoffsets.dashboard_client import DashboardClient, DashboardError, report_start_quietly

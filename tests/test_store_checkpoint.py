@@ -1,4 +1,4 @@
-"""The Structured Streaming checkpoint reader (streamoffsets/checkpoint.py).
+"""The Structured Streaming checkpoint reader (streamoffsets/stores/checkpoint.py).
 
 Hand-built checkpoint directories cover the format cases; one `spark` test runs a real query
 with our Kafka source and checks the reader against what the query did, which is what keeps the
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from streamoffsets.checkpoint import CheckpointStore
+from streamoffsets.stores.checkpoint import CheckpointStore
 from streamoffsets.errors import MalformedRecord, ReadOnlyStore, StoreUnreachable
-from streamoffsets.store import OffsetStore, open_store
+from streamoffsets.stores.base import OffsetStore, open_store
 from streamoffsets.types import BatchOffsets, PipelineKey
 
 T0 = 1_700_000_000_000

@@ -14,7 +14,7 @@ import pytest
 from collectors.cycle import collect_once, poll_store
 from dashboard.models import Batch, Pipeline, PipelineEvaluation, StoreProblem
 from streamoffsets.evaluation import Status
-from streamoffsets.hbase import HBaseOffsetStore
+from streamoffsets.stores.hbase import HBaseOffsetStore
 from tests.factories import hbase_store_setup, save
 
 pytestmark = pytest.mark.django_db
@@ -112,7 +112,7 @@ def test_snapshot_stores_keep_offsets_dated_in_the_future_or_the_past(stack, uni
     position of a store that holds only the current offsets."""
     from dashboard import services
     from reference_job.producer import ensure_topic, produce
-    from streamoffsets.store import open_store
+    from streamoffsets.stores.base import open_store
     from streamoffsets.types import BatchOffsets
 
     topic, group = unique_name("orders"), unique_name("job")

@@ -9,8 +9,8 @@ from confluent_kafka import Consumer, TopicPartition
 from devstack.components import free_port
 from reference_job.producer import ensure_topic, produce
 from streamoffsets.errors import StoreUnreachable
-from streamoffsets.kafka_groups import KafkaGroupOffsetStore
-from streamoffsets.store import open_store
+from streamoffsets.stores.kafka_groups import KafkaGroupOffsetStore
+from streamoffsets.stores.base import open_store
 from streamoffsets.types import BatchOffsets, PipelineKey
 
 

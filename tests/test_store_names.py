@@ -2,7 +2,7 @@
 cannot hold is a named problem, and the rest of the store is collected (issue #12, observation 2).
 
 On PostgreSQL (DATABASE_URL), which refuses a value too long for its column for the whole
-transaction: before dashboard.storable, one 10,000-character group id stopped every pipeline of
+transaction: before dashboard.monitoring.storable, one 10,000-character group id stopped every pipeline of
 its store. Rows are written by hand into the real HBase stand-in and ZooKeeper, as anyone with
 access to the offsets table could.
 """
@@ -17,8 +17,9 @@ from django.db import connection
 from kazoo.client import KazooClient
 
 from collectors.cycle import collect_once
-from collectors.readers import StoreReading
-from dashboard import services, storable
+from streamoffsets.stores.reading import StoreReading
+from dashboard import services
+from dashboard.monitoring import storable
 from dashboard.models import Pipeline, SourceHealth, StoreProblem
 from streamoffsets.types import BatchOffsets, PipelineKey
 from tests.factories import hbase_store_setup, save

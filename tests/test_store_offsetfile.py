@@ -1,4 +1,4 @@
-"""The offset file store (streamoffsets/offsetfile.py) on a real file system under tmp_path."""
+"""The offset file store (streamoffsets/stores/offsetfile.py) on a real file system under tmp_path."""
 from __future__ import annotations
 
 import os
@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from streamoffsets.errors import MalformedRecord, StoreUnreachable
-from streamoffsets.offsetfile import OffsetFileStore, format_file
-from streamoffsets.store import OffsetStore, open_store
+from streamoffsets.stores.offsetfile import OffsetFileStore, format_file
+from streamoffsets.stores.base import OffsetStore, open_store
 from streamoffsets.types import BatchOffsets, PipelineKey
 
 T0 = 1_700_000_000_000

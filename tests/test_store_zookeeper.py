@@ -11,9 +11,9 @@ from kazoo.security import make_acl
 
 from devstack.components import free_port
 from streamoffsets.errors import MalformedRecord, OffsetStoreError, StoreUnreachable
-from streamoffsets.store import OffsetStore, open_store
+from streamoffsets.stores.base import OffsetStore, open_store
 from streamoffsets.types import BatchOffsets, PipelineKey
-from streamoffsets.zookeeper import ZooKeeperOffsetStore
+from streamoffsets.stores.zookeeper import ZooKeeperOffsetStore
 
 
 def now_ms() -> int:

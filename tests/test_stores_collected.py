@@ -8,9 +8,9 @@ from django.urls import reverse
 from collectors.cycle import collect_once
 from dashboard import services
 from dashboard.models import Pipeline, PipelineEvaluation
-from dashboard.roles import VIEWER
+from dashboard.accounts.roles import VIEWER
 from reference_job.producer import ensure_topic, produce
-from streamoffsets.store import open_store
+from streamoffsets.stores.base import open_store
 from streamoffsets.types import BatchOffsets
 from tests.factories import person, writable_store_url
 

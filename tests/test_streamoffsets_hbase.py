@@ -5,7 +5,7 @@ import happybase
 import pytest
 
 from streamoffsets.errors import MalformedRecord, StoreUnreachable
-from streamoffsets.hbase import HBaseOffsetStore, parse_row_key, row_key
+from streamoffsets.stores.hbase import HBaseOffsetStore, parse_row_key, row_key
 from streamoffsets.types import BatchOffsets, PipelineKey
 
 

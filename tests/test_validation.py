@@ -1,4 +1,4 @@
-"""Every parameter and job payload validated in one place (dashboard/params.py, dashboard/payloads.py):
+"""Every parameter and job payload validated in one place (dashboard/web/params.py, dashboard/api/payloads.py):
 times from year 1 to 9999 with any offset are accepted (clamped, never an overflow), bad values are
 a 400 naming the parameter or the field's path, and every /api/ error is JSON."""
 from __future__ import annotations
@@ -13,9 +13,11 @@ from django.http import QueryDict
 from django.test import Client
 from django.urls import reverse
 
-from dashboard import params, payloads, services
+from dashboard import services
+from dashboard.web import params
+from dashboard.api import payloads
 from dashboard.models import StartReport
-from dashboard.roles import VIEWER
+from dashboard.accounts.roles import VIEWER
 from tests.factories import offline_pipeline, person
 
 UTC = timezone.utc
@@ -342,7 +344,7 @@ def test_whoever_made_an_api_error_it_is_json_with_its_headers(status, body, con
     from django.http import HttpResponse
     from django.test import RequestFactory
 
-    from dashboard.api_errors import ApiJsonErrorsMiddleware
+    from dashboard.api.errors import ApiJsonErrorsMiddleware
 
     def made_elsewhere(request):
         response = HttpResponse(body, status=status, content_type=content_type)
@@ -358,4 +360,4 @@ def test_whoever_made_an_api_error_it_is_json_with_its_headers(status, body, con
 
 def test_the_json_errors_middleware_is_outermost(settings):
     """Outermost, it sees the errors every other middleware makes (a throttle's 429, CSRF's 403)."""
-    assert settings.MIDDLEWARE[0] == "dashboard.api_errors.ApiJsonErrorsMiddleware"
+    assert settings.MIDDLEWARE[0] == "dashboard.api.errors.ApiJsonErrorsMiddleware"

@@ -44,7 +44,7 @@ def test_free_text_may_keep_its_line_breaks():
 
 
 def test_notification_texts_show_names_the_payload_keeps_them_raw():
-    from dashboard.notify import rewind_message
+    from dashboard.notifications.services import rewind_message
 
     message = rewind_message(event="requested", rewind_summary={
         "id": 7, "topic": "orders", "group": HOSTILE_GROUP, "store": f"zk{RLO}", "reason": f"why{RLO}\nbecause"})
@@ -56,8 +56,8 @@ def test_notification_texts_show_names_the_payload_keeps_them_raw():
 
 @pytest.mark.django_db
 def test_pages_show_the_escape_and_machines_get_the_raw_name(client):
-    from dashboard.audit import audit_append
-    from dashboard.roles import VIEWER
+    from dashboard.audit.services import audit_append
+    from dashboard.accounts.roles import VIEWER
     from tests.factories import person, pipeline_row
 
     pipeline = pipeline_row("vis", group=HOSTILE_GROUP, store_name=f"store\u200bz")
@@ -95,7 +95,7 @@ def test_pages_show_the_escape_and_machines_get_the_raw_name(client):
 
 @pytest.mark.django_db
 def test_the_svg_title_shows_the_escape(client):
-    from dashboard.roles import VIEWER
+    from dashboard.accounts.roles import VIEWER
     from tests.factories import person, pipeline_row
 
     pipeline = pipeline_row("svg", group=HOSTILE_GROUP)
@@ -110,8 +110,8 @@ def test_the_svg_title_shows_the_escape(client):
 @pytest.mark.django_db
 def test_the_approver_reads_a_rewind_reason_as_written(client, unique_name):
     """A right-to-left override in a reason would show the approver a different text."""
-    from dashboard.rewinds import rewind_request
-    from dashboard.roles import APPROVER, OPERATOR
+    from dashboard.rewinds.services import rewind_request
+    from dashboard.accounts.roles import APPROVER, OPERATOR
     from tests.factories import offline_pipeline, person
 
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 100)}, batches=[(1_700_000_000_000, {0: 50})],

@@ -89,7 +89,7 @@ def test_compacted_topics_are_named_from_their_cleanup_policy(stack, unique_name
 def test_topic_policies_are_read_once_per_max_age(monkeypatch):
     """One DescribeConfigs per topic per TOPIC_POLICY_MAX_AGE_S, not one per cycle (a fake reader
     at the seam counts the asks)."""
-    from collectors import readers
+    from streamoffsets.stores import reading as readers
 
     asked = []
 

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from dashboard import services
-from dashboard.roles import VIEWER
+from dashboard.accounts.roles import VIEWER
 from streamoffsets.kafka import WatermarkResult
 from streamoffsets.types import Watermarks
 from tests.e2e.conftest import log_in, wait_for_chart

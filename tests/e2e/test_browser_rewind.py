@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dashboard.models import RewindRequest
-from dashboard.roles import APPROVER, OPERATOR
+from dashboard.accounts.roles import APPROVER, OPERATOR
 from tests.e2e.conftest import log_in
 from tests.factories import offline_pipeline, person
 

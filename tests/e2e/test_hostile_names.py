@@ -15,8 +15,8 @@ from django.test import Client
 from django.urls import reverse
 
 from dashboard import services
-from dashboard.rewinds import rewind_request
-from dashboard.roles import OPERATOR, VIEWER
+from dashboard.rewinds.services import rewind_request
+from dashboard.accounts.roles import OPERATOR, VIEWER
 from tests.e2e.conftest import log_in
 from tests.factories import offline_pipeline, person
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from dashboard import services
-from dashboard.audit import command_actor
-from dashboard.roles import ROLES
+from dashboard.audit.services import command_actor
+from dashboard.accounts.roles import ROLES
 
 
 class Command(BaseCommand):

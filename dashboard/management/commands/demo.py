@@ -24,7 +24,7 @@ from dashboard import services
 from dashboard.management.commands.stack import configured_stack
 from dashboard.models import SourceHealth
 from devstack.components import Component, StackError
-from streamoffsets.hbase import HBaseOffsetStore
+from streamoffsets.stores.hbase import HBaseOffsetStore
 
 DEMO_TOPIC = "demo-events"
 DEMO_GROUP = "demo-job"
@@ -134,7 +134,7 @@ class Command(BaseCommand):
     def _env(self) -> dict[str, str]:
         return {
             "PYTHONPATH": str(settings.BASE_DIR),
-            "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+            "DJANGO_SETTINGS_MODULE": "offsetwatch.settings",
             "PYTHONUNBUFFERED": "1",
         }
 
@@ -165,7 +165,7 @@ class Command(BaseCommand):
             Component(
                 "collectors", 0,
                 [
-                    sys.executable, "-m", "celery", "-A", "collectors.celery_app", "worker", "--beat",
+                    sys.executable, "-m", "celery", "-A", "offsetwatch.celery", "worker", "--beat",
                     "--loglevel", "INFO", "--concurrency", "2",
                     "--schedule", str(settings.RUN_DIR / "celerybeat-schedule"),
                 ],

@@ -9,8 +9,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from dashboard import services
-from dashboard.audit import command_actor
-from dashboard.roles import user_roles
+from dashboard.audit.services import command_actor
+from dashboard.accounts.roles import user_roles
 
 
 class Command(BaseCommand):

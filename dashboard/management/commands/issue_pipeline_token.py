@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from dashboard import services
-from dashboard.audit import command_actor
+from dashboard.audit.services import command_actor
 from dashboard.models import Store
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboard.audit import audit_verify
+from dashboard.audit.services import audit_verify
 
 
 class Command(BaseCommand):

@@ -1,0 +1,504 @@
+"""The versioned JSON API (/api/v1/): thin views that validate parameters and call a selector.
+
+Described by dashboard/openapi.json (served at /api/v1/openapi.json; tests/test_api.py checks
+the document against these views). People use their session; machines send an API token
+(`Authorization: Bearer owu_...`, manage.py issue_api_token) acting with its user's roles; jobs
+report starts with their pipeline token (owp_). Every error is JSON {"error": "..."}: 400 names
+the parameter and the value, 401 without credentials, 403 without the role, 404 unknown ids,
+503 with Retry-After while the database is unavailable (dashboard/web/unavailable.py).
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from functools import lru_cache, wraps
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpResponse, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+from dashboard import selectors, services
+from dashboard.web import params
+from dashboard.rewinds import services as rewinds
+from dashboard.api import payloads
+from offsetwatch.lib import downsample
+from dashboard.models import Pipeline
+from dashboard.accounts.roles import VIEWER, bearer_token, role_required
+from streamoffsets.evaluation import Status
+from streamoffsets.urls import mask_secrets
+
+OPENAPI_PATH = Path(__file__).with_name("openapi.json")
+MAX_ID = 2**63 - 1  # bigint: a larger id cannot exist, and PostgreSQL would refuse to compare it
+MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant Python can represent
+LATEST_MS = int(params.LATEST.timestamp() * 1000)  # what later instants are clamped to (params.LATEST)
+BATCHES_LIMIT_DEFAULT, BATCHES_LIMIT_MAX = 100, 1000
+POINTS_DEFAULT, POINTS_MAX = 1000, 10_000
+LAG_RANGE_DEFAULT = timedelta(hours=1)
+TEXT_MAX = 1000  # the longest name we store (a group); longer cannot match anything
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def json_error(status: int, message: str) -> JsonResponse:
+    return JsonResponse({"error": message}, status=status)
+
+
+def _shown(value: str) -> str:
+    """A parameter value quoted for an error message, cut short: errors echo, they don't mirror."""
+    return repr(value if len(value) <= 80 else value[:80] + "…")
+
+
+def bad_param(name: str, value: str, why: str) -> ApiError:
+    return ApiError(400, f"invalid parameter {name!r}: {_shown(value)} {why}")
+
+
+class _CsrfCheck(CsrfViewMiddleware):
+    def _reject(self, request, reason):
+        return reason
+
+
+def _csrf_failure(request) -> str | None:
+    """Why a session-authenticated unsafe request fails Django's CSRF check (None: it passes)."""
+    check = _CsrfCheck(lambda r: None)
+    check.process_request(request)
+    return check.process_view(request, None, (), {})
+
+
+def api_view(*, methods: tuple[str, ...] = ("GET",), role: str = VIEWER):
+    """An API endpoint: JSON 405 for other methods, session or API-token authentication with
+    `role`, ApiError turned into its JSON answer.
+
+    CSRF: the view is csrf-exempt so token clients (no cookie, no CSRF token) can POST, and the
+    check is run here for session-authenticated unsafe requests, where a forged cross-site
+    request would carry the cookie. A Bearer token cannot be sent cross-site without the
+    caller's script holding it, so token requests need no CSRF token.
+    """
+    def decorator(view):
+        @wraps(view)
+        def checked(request, *args, **kwargs):
+            if request.method not in ("GET", "HEAD", "OPTIONS", "TRACE") and request.auth_method == "session":
+                reason = _csrf_failure(request)
+                if reason:
+                    return json_error(403, f"CSRF check failed ({reason}): session clients must send the "
+                                           "X-CSRFToken header; machines use an API token")
+            try:
+                return view(request, *args, **kwargs)
+            except ApiError as exc:
+                return json_error(exc.status, exc.message)
+
+        authenticated = role_required(role, tokens=True)(checked)
+
+        @wraps(view)
+        def entry(request, *args, **kwargs):
+            # 405 before asking who is calling: it needs no database.
+            if request.method not in methods and not (request.method == "HEAD" and "GET" in methods):
+                response = json_error(405, f"method {request.method} is not allowed here; use {', '.join(methods)}")
+                response["Allow"] = ", ".join(methods)
+                return response
+            return authenticated(request, *args, **kwargs)
+
+        return csrf_exempt(entry)
+
+    return decorator
+
+
+# --- parameters ------------------------------------------------------------------------------
+
+
+_DIGITS = re.compile(r"[0-9]+", re.ASCII)  # int() also accepts Arabic-Indic and other digits
+
+
+def _single(request, name: str) -> str | None:
+    """The parameter's one value; None when absent; given twice: a 400 (params.single)."""
+    if name not in request.GET:
+        return None
+    try:
+        return params.single(request.GET, name)
+    except params.BadParam as exc:
+        raise ApiError(400, f"invalid {exc}") from None
+
+
+def int_param(request, name: str, *, default: int, low: int, high: int) -> int:
+    raw = _single(request, name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return params.whole_number(name, raw, low, high)
+    except params.BadParam as exc:
+        raise ApiError(400, f"invalid {exc}") from None
+
+
+def time_param(request, name: str) -> int | None:
+    """An instant as epoch milliseconds: given as epoch ms (digits) or ISO-8601 (UTC when it
+    names no offset; params.instant: clamped to params.EARLIEST..LATEST). None when absent."""
+    raw = _single(request, name)
+    if raw is None or raw == "":
+        return None
+    if _DIGITS.fullmatch(raw):
+        if len(raw) > 15 or int(raw) > MAX_MS:
+            raise bad_param(name, raw, f"is beyond the last representable instant ({MAX_MS} ms)")
+        return min(int(raw), LATEST_MS)
+    try:
+        at = params.instant(name, raw, naive_tz=dt_timezone.utc)
+    except params.BadParam:
+        raise bad_param(name, raw, "is not an ISO-8601 time from year 1 to 9999 (2024-05-01T12:00:00Z) or epoch "
+                                   "milliseconds (a '+' in a URL must be sent as %2B)") from None
+    return int(at.timestamp() * 1000)
+
+
+def text_param(request, name: str) -> str | None:
+    raw = _single(request, name)
+    if raw is None or raw == "":
+        return None
+    if "\x00" in raw or len(raw) > TEXT_MAX:
+        raise bad_param(name, raw, f"must be at most {TEXT_MAX} characters without NUL")
+    return raw
+
+
+def statuses_param(request, name: str = "status") -> list[int] | None:
+    raw = text_param(request, name)
+    if raw is None:
+        return None
+    names = [part.strip().upper() for part in raw.split(",") if part.strip()]
+    unknown = [n for n in names if n not in Status.__members__]
+    if unknown or not names:
+        raise bad_param(name, raw, f"is not a status; use one or more (comma-separated) of "
+                                   f"{', '.join(Status.__members__)}")
+    return [int(Status[n]) for n in names]
+
+
+def _cursor_encode(before_ms: int) -> str:
+    return base64.urlsafe_b64encode(f"v1:{before_ms}".encode()).decode().rstrip("=")
+
+
+def _cursor_decode(raw: str) -> int:
+    try:
+        text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode("ascii")
+    except (binascii.Error, ValueError):
+        text = ""
+    version, _, ms = text.partition(":")
+    if version != "v1" or not _DIGITS.fullmatch(ms) or len(ms) > 15:
+        raise bad_param("cursor", raw, "is not a cursor this API returned (use next_cursor as given)")
+    return int(ms)
+
+
+def _pipeline(pipeline_id: int) -> Pipeline:
+    if pipeline_id > MAX_ID:
+        raise ApiError(404, f"no pipeline with id {pipeline_id}")
+    try:
+        return selectors.pipeline_with_evaluation(pipeline_id=pipeline_id)
+    except Pipeline.DoesNotExist:
+        raise ApiError(404, f"no pipeline with id {pipeline_id}") from None
+
+
+# --- representations --------------------------------------------------------------------------
+
+
+def _iso(value):
+    return value.isoformat() if value else None
+
+
+def _ms_datetime(ms: int) -> datetime:
+    """Epoch ms (from time_param: within params.EARLIEST..LATEST) as a UTC datetime; exact, where
+    fromtimestamp(ms / 1000) rounds through a float."""
+    return datetime(1970, 1, 1, tzinfo=dt_timezone.utc) + timedelta(milliseconds=ms)
+
+
+def _ms_iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    try:
+        return _ms_datetime(ms).isoformat(timespec="milliseconds")
+    except OverflowError:  # a time a store holds beyond year 9999: no ISO form (the ms are given too)
+        return None
+
+
+_PARTITION_FIELDS = ("partition", "committed", "low", "high", "lag", "state", "messages_lost", "lag_seconds",
+                     "lag_method", "retention_margin", "retention_seconds_left", "lag_absent", "status",
+                     "status_reason")
+
+
+def _partition_json(row: dict) -> dict:
+    out = {key: row.get(key) for key in _PARTITION_FIELDS}
+    out["lag_method"] = out["lag_method"] or ""
+    # Evaluations stored before the partition rules have no partition status (replaced next cycle).
+    out["status"] = out["status"] or "OK"
+    out["status_reason"] = out["status_reason"] or ""
+    # Rows evaluated before #13 lack the key: false (what every non-compacted topic says).
+    out["lag_is_upper_bound"] = bool(row.get("lag_is_upper_bound"))
+    return out
+
+
+def pipeline_json(p: Pipeline) -> dict:
+    e = getattr(p, "evaluation", None)
+    margins = [r["retention_margin"] for r in (e.partitions if e else []) if r.get("retention_margin") is not None]
+    return {
+        "id": p.pk, "topic": p.topic, "group": p.group, "store": p.store.name, "store_kind": p.store.kind,
+        "cluster": p.store.cluster.name,
+        "status": e.status_name if e else None, "reasons": e.reasons if e else [],
+        "evaluated_at": _iso(e.evaluated_at) if e else None,
+        "total_lag": e.total_lag if e else None, "lag_seconds": e.lag_seconds if e else None,
+        "lag_seconds_method": e.lag_seconds_method if e else None,
+        "retention_seconds_left": e.retention_seconds_left if e else None,
+        "retention_margin": min(margins) if margins else None,
+        "batch_interval_s": e.batch_interval_s if e else None,
+        "last_batch_ms": p.last_batch_ms, "last_batch_at": _ms_iso(p.last_batch_ms),
+    }
+
+
+# --- endpoints -----------------------------------------------------------------------------------
+
+
+@api_view()
+def api_pipelines(request):
+    pipelines = selectors.pipelines_filtered(
+        statuses=statuses_param(request), store=text_param(request, "store"),
+        cluster=text_param(request, "cluster"), q=text_param(request, "q"),
+    )
+    return JsonResponse({"pipelines": [pipeline_json(p) for p in pipelines]})
+
+
+@api_view()
+def api_pipeline(request, pipeline_id: int):
+    pipeline = _pipeline(pipeline_id)
+    e = getattr(pipeline, "evaluation", None)
+    freshness = selectors.pipeline_freshness(pipeline=pipeline)
+    return JsonResponse({
+        **pipeline_json(pipeline),
+        "partitions": [_partition_json(r) for r in (e.partitions if e else [])],
+        "freshness": {"stale": freshness.stale, "reasons": freshness.reasons},
+    })
+
+
+@api_view()
+def api_pipeline_partitions(request, pipeline_id: int):
+    pipeline = _pipeline(pipeline_id)
+    e = getattr(pipeline, "evaluation", None)
+    return JsonResponse({
+        "pipeline": pipeline.pk, "evaluated_at": _iso(e.evaluated_at) if e else None,
+        "partitions": [_partition_json(r) for r in (e.partitions if e else [])],
+    })
+
+
+@api_view()
+def api_pipeline_batches(request, pipeline_id: int):
+    from_ms, to_ms = time_param(request, "from"), time_param(request, "to")
+    if from_ms is not None and to_ms is not None and from_ms > to_ms:
+        raise bad_param("from", request.GET["from"], f"is after 'to' ({request.GET['to']!r})")
+    limit = int_param(request, "limit", default=BATCHES_LIMIT_DEFAULT, low=1, high=BATCHES_LIMIT_MAX)
+    cursor = text_param(request, "cursor")
+    before_ms = _cursor_decode(cursor) if cursor is not None else None
+    pipeline = _pipeline(pipeline_id)
+    batches, more = selectors.pipeline_batches_keyset(
+        pipeline=pipeline, from_ms=from_ms, to_ms=to_ms, before_ms=before_ms, limit=limit)
+    return JsonResponse({
+        "pipeline": pipeline.pk, "from": _ms_iso(from_ms), "to": _ms_iso(to_ms), "limit": limit,
+        "batches": [
+            {"batch_time_ms": b.batch_time_ms, "batch_time": _ms_iso(b.batch_time_ms), "batch_id": b.batch_id,
+             "committed": b.committed, "records": b.records, "offsets": b.offsets}
+            for b in batches
+        ],
+        "next_cursor": _cursor_encode(batches[-1].batch_time_ms) if more else None,
+    })
+
+
+@api_view()
+def api_pipeline_lag(request, pipeline_id: int):
+    from_ms, to_ms = time_param(request, "from"), time_param(request, "to")
+    points = int_param(request, "points", default=POINTS_DEFAULT, low=3, high=POINTS_MAX)
+    method = _single(request, "method") or "minmax"
+    if method not in ("minmax", "lttb"):
+        raise bad_param("method", method, "is not a downsampling method; use minmax (keeps every spike) or lttb")
+    until = _ms_datetime(to_ms) if to_ms is not None else timezone.now()
+    # Saturating: 'to' in year 1 has no hour before it.
+    since = _ms_datetime(from_ms) if from_ms is not None else params.shifted(until, -LAG_RANGE_DEFAULT)
+    if since > until:
+        raise bad_param("from", request.GET["from"], f"is after 'to' ({request.GET.get('to', 'now')!r})")
+    pipeline = _pipeline(pipeline_id)
+    raw = selectors.pipeline_lag_points(pipeline=pipeline, since=since, until=until)
+    reduce = downsample.minmax_buckets if method == "minmax" else downsample.lttb
+    kept = reduce(raw, points)
+    return JsonResponse({
+        "pipeline": pipeline.pk, "from": _iso(since), "to": _iso(until), "method": method,
+        "max_points": points, "samples": len(raw), "points": [[x, y] for x, y in kept],
+    })
+
+
+def _collector_part_json(part, now) -> dict:
+    since = part.seconds_since(now)
+    return {
+        "source": part.source, "label": part.label, "up": part.up, "healthy": part.up is not False,
+        "detail": part.detail, "last_seen_at": _iso(part.last_seen_at),
+        "seconds_since_last_seen": round(since, 1) if since is not None else None,
+    }
+
+
+@api_view()
+def api_collectors(request):
+    """The collector system's parts first ("collector:broker", "collector:beat",
+    "collector:workers"), then every source; all judged now from timestamps, so a stopped
+    beat, worker or Redis shows here although it wrote nothing."""
+    status = selectors.collector_status()
+    now = status.now
+    return JsonResponse({
+        "healthy": status.healthy,
+        "down": [p.name for p in status.down],
+        "checked_at": _iso(now),
+        "collectors": [_collector_part_json(p, now) for p in status.parts],
+        "queued": status.queued,
+        "sources": [
+            {
+                # Labels and errors name store URLs: masked (already when recorded; again here for
+                # rows recorded before, as the pages and /metrics do).
+                "source": h.source, "label": mask_secrets(h.label), "healthy": h.healthy, "state": h.state,
+                "problem": mask_secrets(h.problem) or None,
+                "seconds_since_last_poll": round(h.poll_age_s, 1) if h.poll_age_s is not None else None,
+                "last_attempt_at": _iso(h.last_attempt_at), "last_success_at": _iso(h.last_success_at),
+                "last_duration_ms": h.last_duration_ms, "consecutive_failures": h.consecutive_failures,
+                "last_error": mask_secrets(h.last_error) or None, "last_error_at": _iso(h.last_error_at),
+                "last_error_by": (h.last_error_by or "source") if h.consecutive_failures else None,
+                "warning": mask_secrets(h.warning) or None,
+            }
+            for h in status.sources
+        ],
+    })
+
+
+@lru_cache(maxsize=1)
+def _openapi_bytes() -> bytes:
+    return OPENAPI_PATH.read_bytes()
+
+
+@api_view()
+def api_openapi(request):
+    return HttpResponse(_openapi_bytes(), content_type="application/json")
+
+
+@csrf_exempt
+def api_not_found(request, rest: str = ""):
+    """Any other path under /api/v1/: a JSON 404, not Django's HTML page."""
+    return json_error(404, f"no API endpoint {request.path}; the endpoints are listed in /api/v1/openapi.json")
+
+
+# --- jobs (pipeline tokens) ------------------------------------------------------------------------
+
+
+def job_view(method: str):
+    """An endpoint for a pipeline's job, authenticated by its pipeline token (`Authorization:
+    Bearer owp_...`). The view gets the token's pipeline and, for POST, the JSON body; errors are
+    JSON. CSRF-exempt: machine clients have no session cookie to forge."""
+    def decorator(view):
+        @csrf_exempt
+        @wraps(view)
+        def wrapped(request, *args, **kwargs):
+            # Who first, then how: a stranger learns nothing about the endpoint.
+            token = bearer_token(request)
+            if not token:
+                return json_error(401, "missing 'Authorization: Bearer <pipeline token>' header")
+            found = services.pipeline_token_for(token=token)
+            if found is None:
+                return json_error(401, "unknown or revoked pipeline token")
+            pipeline = found.pipeline
+            # The audit actor of whatever the job does: its token, never what the body says it is.
+            request.job_actor = services.pipeline_token_actor(found)
+            if request.method != method:
+                response = json_error(405, f"method {request.method} is not allowed here; use {method}")
+                response["Allow"] = method
+                return response
+            payload = None
+            if method == "POST":
+                try:
+                    payload = json.loads(request.body or b"")
+                except RequestDataTooBig:
+                    return json_error(413, f"the body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
+                except ValueError as exc:
+                    return json_error(400, f"the body is not JSON: {exc}")
+                except RecursionError:
+                    return json_error(400, "the body is not JSON a job sends: nested too deeply")
+                if not isinstance(payload, dict):
+                    return json_error(400, "the body must be a JSON object")
+            try:
+                return view(request, pipeline, payload, *args, **kwargs)
+            except payloads.PayloadError as exc:
+                return json_error(400, f"invalid body: {exc}")
+            except rewinds.RewindRefused as exc:
+                return json_error(exc.status, exc.message)
+        return wrapped
+    return decorator
+
+
+@job_view("POST")
+def api_start_report(request, pipeline, payload):
+    payloads.start_report(payload)  # every field checked, named when refused (PayloadError: 400)
+    try:
+        report = services.start_report_record(pipeline=pipeline, report=payload, actor=request.job_actor,
+                                              remote_addr=_remote(request))
+    except services.InvalidReport as exc:
+        return json_error(400, str(exc))
+    return JsonResponse({"id": report.pk, "pipeline": pipeline.pk}, status=201)
+
+
+def rewind_json(rewind) -> dict:
+    def iso(value):
+        return value.isoformat() if value else None
+    return {
+        "id": rewind.pk, "pipeline": rewind.pipeline_id, "topic": rewind.pipeline.topic, "group": rewind.pipeline.group,
+        "status": rewind.status, "mode": rewind.mode, "target_kind": rewind.target_kind,
+        "target_offsets": rewind.target_offsets, "before_offsets": rewind.before_offsets, "reason": rewind.reason,
+        "expires_at": iso(rewind.expires_at), "claimed_by": rewind.claimed_by or None,
+        "claimed_at": iso(rewind.claimed_at), "claim_lease_expires_at": iso(rewinds.claim_lease_expires_at(rewind)),
+        "applied_offsets": rewind.applied_offsets, "outcome": rewind.outcome or None,
+    }
+
+
+@job_view("GET")
+def api_rewind_pending(request, pipeline, payload):
+    """The rewind a starting job must not start past, or null: approved, or claimed (`claimed_by`,
+    `claim_lease_expires_at`); `claimable` says whether the job's claim would win now (a claim
+    whose lease ran out is taken over)."""
+    rewind = rewinds.rewind_for_job(pipeline=pipeline)
+    if rewind is None:
+        return JsonResponse({"rewind": None})
+    return JsonResponse({"rewind": {**rewind_json(rewind), "claimable": rewinds.rewind_claimable(rewind=rewind)}})
+
+
+def _remote(request) -> str:
+    return request.META.get("REMOTE_ADDR", "")
+
+
+@job_view("POST")
+def api_rewind_claim(request, pipeline, payload, rewind_id: int):
+    body = payloads.rewind_claim(payload)
+    rewind = rewinds.rewind_claim(pipeline=pipeline, rewind_id=rewind_id, instance=body["instance"],
+                                  actor=request.job_actor, remote_addr=_remote(request))
+    return JsonResponse({"rewind": rewind_json(rewind)})
+
+
+@job_view("POST")
+def api_rewind_applied(request, pipeline, payload, rewind_id: int):
+    body = payloads.rewind_applied(payload)
+    rewind = rewinds.rewind_applied(pipeline=pipeline, rewind_id=rewind_id, instance=body["instance"],
+                                    offsets=body["offsets"], marker_batch_ms=body["marker_batch_ms"], actor=request.job_actor,
+                                    remote_addr=_remote(request))
+    return JsonResponse({"rewind": rewind_json(rewind)})
+
+
+@job_view("POST")
+def api_rewind_failed(request, pipeline, payload, rewind_id: int):
+    body = payloads.rewind_failed(payload)
+    rewind = rewinds.rewind_job_failed(pipeline=pipeline, rewind_id=rewind_id, instance=body["instance"],
+                                       error=body["error"] or "no reason given",
+                                       actor=request.job_actor, remote_addr=_remote(request))
+    return JsonResponse({"rewind": rewind_json(rewind)})

@@ -1,0 +1,332 @@
+"""Exports: CSV streams (generic, injection-safe), the rows of each export, chart data as JSON,
+chart images rendered by kaleido with the system Chromium, and file names. No views here: the
+views validate and call these; background jobs (services.export_job_run) write the same rows to
+a file.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import os
+import re
+import shutil
+import threading
+from datetime import datetime
+from typing import Any, Callable, Iterable, Iterator, Sequence
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+
+from dashboard import selectors
+from dashboard.models import Pipeline
+from dashboard.web.params import TimeRange
+
+log = logging.getLogger(__name__)
+
+# --- CSV ----------------------------------------------------------------------------------------
+
+# A spreadsheet runs a cell beginning with one of these as a formula (CSV injection, OWASP).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A value as a CSV cell: text that a spreadsheet would run as a formula gets a leading `'`;
+    numbers stay numbers (a negative lag is a number, not a formula)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return value
+    text = value.isoformat() if isinstance(value, datetime) else str(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def csv_chunks(
+    *, header: Sequence[str], rows: Iterable[Sequence[Any]], preamble: Sequence[Sequence[Any]] = (),
+    rows_per_chunk: int = 1000,
+) -> Iterator[tuple[str, int]]:
+    """A CSV as (text, data rows written so far) chunks: the `preamble` rows (e.g. `# range`,
+    label), the header, then `rows`, every cell through csv_cell. Reads `rows` lazily, so a
+    streamed response or a file written from an iterator never holds the whole export."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    for row in preamble:
+        writer.writerow([csv_cell(c) for c in row])
+    writer.writerow([csv_cell(c) for c in header])
+    count = 0
+    for row in rows:
+        writer.writerow([csv_cell(c) for c in row])
+        count += 1
+        if count % rows_per_chunk == 0:
+            yield buffer.getvalue(), count
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue(), count
+
+
+def csv_stream(*, header: Sequence[str], rows: Iterable[Sequence[Any]], preamble: Sequence[Sequence[Any]] = ()) -> Iterator[bytes]:
+    """The CSV as UTF-8 bytes for a StreamingHttpResponse (any export: batches, chart data, the
+    audit log to come)."""
+    for text, _ in csv_chunks(header=header, rows=rows, preamble=preamble):
+        if text:
+            yield text.encode()
+
+
+def csv_write(
+    *, path, header: Sequence[str], rows: Iterable[Sequence[Any]], preamble: Sequence[Sequence[Any]] = (),
+    progress: Callable[[int], None] | None = None, rows_per_chunk: int = 5000,
+) -> int:
+    """Write the CSV to `path` chunk by chunk, calling `progress(rows written)` after each chunk;
+    returns the number of data rows."""
+    count = 0
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        for text, count in csv_chunks(header=header, rows=rows, preamble=preamble, rows_per_chunk=rows_per_chunk):
+            f.write(text)
+            if progress:
+                progress(count)
+    return count
+
+
+def export_preamble(*, pipeline: Pipeline, what: str, time_range: TimeRange, tz: ZoneInfo, now: datetime) -> list[list]:
+    """The `#` rows that say what a CSV holds. Names are cells of their own, so a topic or group
+    beginning with `=` is neutralised like any other cell."""
+    return [
+        ["# Offset Watch export", what],
+        ["# topic", pipeline.topic],
+        ["# group", pipeline.group],
+        ["# store", pipeline.store.name],
+        ["# cluster", pipeline.store.cluster.name],
+        ["# range", time_range.label],
+        ["# from", time_range.since.astimezone(tz).isoformat() if time_range.since else "(oldest retained)"],
+        ["# to", time_range.until.astimezone(tz).isoformat()],
+        ["# time zone", tz.key],
+        ["# exported at", now.astimezone(tz).isoformat(timespec="seconds")],
+    ]
+
+
+def local_iso(epoch_ms: int, tz: ZoneInfo) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz).isoformat(timespec="milliseconds")
+
+
+# --- per-batch history --------------------------------------------------------------------------
+
+
+def range_ms(time_range: TimeRange) -> tuple[int | None, int]:
+    since = None if time_range.since is None else int(time_range.since.timestamp() * 1000)
+    return since, int(time_range.until.timestamp() * 1000)
+
+
+def batches_table(*, pipeline: Pipeline, time_range: TimeRange, tz: ZoneInfo) -> tuple[list[str], Iterator[list]]:
+    """(header, rows) of the per-batch history, oldest first: batch time (ISO in `tz` and epoch
+    ms), batch id, committed, records, then one column per partition (empty where a batch has
+    none)."""
+    since_ms, until_ms = range_ms(time_range)
+    partitions = selectors.batch_export_partitions(pipeline=pipeline, since_ms=since_ms, until_ms=until_ms)
+    header = ["batch_time", "batch_time_ms", "batch_id", "committed", "records", *[f"p{p}" for p in partitions]]
+    keys = [str(p) for p in partitions]
+
+    def rows() -> Iterator[list]:
+        for ms, batch_id, committed, records, offsets in selectors.batch_export_rows(
+            pipeline=pipeline, since_ms=since_ms, until_ms=until_ms
+        ):
+            yield [local_iso(ms, tz), ms, batch_id, committed, records, *[offsets.get(k) for k in keys]]
+
+    return header, rows()
+
+
+# --- chart data ---------------------------------------------------------------------------------
+
+
+def chart_table_rows(table, tz: ZoneInfo) -> tuple[list[str], Iterator[list]]:
+    """(header, rows) of a ChartTable: time (ISO in `tz`), epoch ms, one column per series."""
+    header = ["time", "epoch_ms", *[f"{name} ({table.unit})" for name in table.names]]
+
+    def rows() -> Iterator[list]:
+        for t, values in table.rows():
+            ms = round(t * 1000)
+            yield [local_iso(ms, tz), ms, *values]
+
+    return header, rows()
+
+
+def chart_json(*, pipeline: Pipeline, table, markers, time_range: TimeRange, tz: ZoneInfo, title: str,
+               downsampled_to: int | None) -> dict:
+    """The chart's data as one JSON document: what it is, then each series as [epoch_ms, value]
+    points (unknown values left out) and the markers."""
+    return {
+        "title": title,
+        "pipeline": {"id": pipeline.pk, "topic": pipeline.topic, "group": pipeline.group,
+                     "store": pipeline.store.name, "cluster": pipeline.store.cluster.name},
+        "kind": table.kind,
+        "unit": table.unit,
+        "range": {"label": time_range.label, "preset": time_range.preset,
+                  "from": time_range.since.isoformat(), "to": time_range.until.isoformat()},
+        "time_zone": tz.key,
+        "downsampled_to": downsampled_to,
+        "points_format": ["epoch_ms", "value"],
+        "series": [
+            {"name": name, "partition": partition,
+             "points": [[round(t * 1000), v] for t, v in zip(table.times, table.values(i)) if v is not None]}
+            for i, (name, partition) in enumerate(zip(table.names, table.partitions))
+        ],
+        "markers": [{"at": m.at.astimezone(tz).isoformat(), "epoch_ms": round(m.at.timestamp() * 1000),
+                     "kind": m.kind, "label": m.label} for m in markers],
+    }
+
+
+# --- file names ---------------------------------------------------------------------------------
+
+
+def _slug(text: str, limit: int = 60) -> str:
+    # Hostile names (quotes, newlines, slashes, non-ASCII) never reach a header or a path.
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")[:limit] or "x"
+
+
+def download_name(*, pipeline: Pipeline, what: str, time_range: TimeRange, ext: str) -> str:
+    """e.g. offsetwatch_orders_billing_local-hbase_last-24h_total-messages.png"""
+    parts = ["offsetwatch", _slug(pipeline.topic), _slug(pipeline.group), _slug(pipeline.store.name),
+             time_range.slug, _slug(what)]
+    return "_".join(parts) + "." + ext
+
+
+# --- images -------------------------------------------------------------------------------------
+
+IMAGE_TYPES = {"png": "image/png", "svg": "image/svg+xml"}
+
+
+class ImageExportFailed(RuntimeError):
+    """Chromium could not render the chart (missing, crashed, too slow)."""
+
+
+_render_lock = threading.Lock()
+_renderer_broken: str | None = None
+
+
+def _kaleido_ready():
+    """kaleido's sync server (one Chromium per process, started on the first image: ~2 s once,
+    then ~0.15 s per image), restarted if its thread died."""
+    import kaleido
+
+    server = kaleido._global_server  # noqa: SLF001 (kaleido has no public "is it alive")
+    thread = getattr(server, "_thread", None)
+    if server.is_running() and thread is not None and not thread.is_alive():
+        log.warning("kaleido's server thread died; starting it again")
+        kaleido.stop_sync_server(silence_warnings=True)
+    if not server.is_running():
+        # mathjax=False: no CDN fetch (closed networks); plotly.js comes from the plotly package.
+        kaleido.start_sync_server(n=1, timeout=settings.IMAGE_TIMEOUT_S, mathjax=False, silence_warnings=True,
+                                  path=chromium_path())
+    return kaleido
+
+
+def chromium_path() -> str:
+    """The Chromium to render with, found before kaleido starts: a missing one would kill
+    kaleido's server thread and leave its callers waiting, where this says what is missing."""
+    configured = settings.CHROMIUM_PATH or os.environ.get("BROWSER_PATH", "")
+    if configured:
+        if not os.path.isfile(configured):
+            raise ImageExportFailed(f"no Chromium at {configured} (OFFSETWATCH_CHROMIUM_PATH or BROWSER_PATH)")
+        return configured
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise ImageExportFailed("no Chromium on PATH: install Debian's chromium package (scripts/setup.sh does) or set "
+                            "OFFSETWATCH_CHROMIUM_PATH")
+
+
+def render_image(fig, *, fmt: str, width: int, height: int) -> bytes:
+    """The figure as PNG or SVG bytes. One render at a time per process (kaleido's sync server
+    pairs requests and answers through one queue); a render that hangs past IMAGE_TIMEOUT_S
+    fails this request and the next ones until the process restarts, instead of piling up."""
+    global _renderer_broken
+    if fmt not in IMAGE_TYPES:
+        raise ValueError(f"unknown image format {fmt!r}")
+    with _render_lock:
+        if _renderer_broken:
+            raise ImageExportFailed(_renderer_broken)
+        try:
+            kaleido = _kaleido_ready()
+        except ImageExportFailed:
+            raise
+        except Exception as exc:  # kaleido refusing to start: said, not a 500
+            raise ImageExportFailed(f"cannot start Chromium for kaleido: {exc}") from exc
+        result: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                result["image"] = kaleido.calc_fig_sync(
+                    fig.to_dict(), opts={"format": fmt, "width": width, "height": height, "scale": 1})
+            except BaseException as exc:  # noqa: BLE001 (handed to the caller below)
+                result["error"] = exc
+
+        worker = threading.Thread(target=call, name="chart-image", daemon=True)
+        worker.start()
+        worker.join(settings.IMAGE_TIMEOUT_S + 10)
+        if worker.is_alive():
+            _renderer_broken = (f"Chromium did not answer within {settings.IMAGE_TIMEOUT_S + 10:.0f} s; image export "
+                                "is off until the dashboard restarts")
+            log.error(_renderer_broken)
+            raise ImageExportFailed(_renderer_broken)
+        if "error" in result:
+            raise ImageExportFailed(f"Chromium could not render the chart: {result['error']}") from result["error"]
+    image = result["image"]
+    return image.encode() if isinstance(image, str) else image
+
+
+# --- streamed JSON arrays and the audit log -----------------------------------------------------
+
+
+def json_array_stream(items: Iterable[Any], *, bytes_per_chunk: int = 65536) -> Iterator[bytes]:
+    """A JSON array of `items` as UTF-8 chunks for a StreamingHttpResponse: read lazily, so an
+    export of the whole audit log never sits in memory, and sent in chunks of about
+    `bytes_per_chunk`, not one write per item."""
+    import json
+
+    parts, size, separator = ["["], 1, "\n"
+    for item in items:
+        text = separator + json.dumps(item, ensure_ascii=False, separators=(",", ":"), default=str)
+        separator = ",\n"
+        parts.append(text)
+        size += len(text)
+        if size >= bytes_per_chunk:
+            yield "".join(parts).encode()
+            parts, size = [], 0
+    parts.append("\n]\n")
+    yield "".join(parts).encode()
+
+
+AUDIT_COLUMNS = ["id", "at", "actor", "actor_user_id", "remote_addr", "action", "subject", "pipeline_id",
+                 "pipeline_label", "change", "before", "after", "details", "prev_hash", "hash"]
+
+
+def _compact(value) -> str | None:
+    import json
+
+    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def audit_csv_rows(events: Iterable[dict]) -> Iterator[list]:
+    """Rows under AUDIT_COLUMNS: times in UTC ISO 8601, before/after/details as compact JSON,
+    `change` as the page shows it ("p0: 120 → 40; p1: ..."). Every cell goes through csv_cell
+    (csv_stream): an actor or subject beginning with "=" is not a formula in a spreadsheet."""
+    from datetime import timezone as dt_timezone
+
+    from dashboard.audit.services import change_lines
+
+    for e in events:
+        yield [e["id"], e["at"].astimezone(dt_timezone.utc).isoformat(), e["actor"], e["actor_user_id"],
+               e["remote_addr"], e["action"], e["subject"], e["pipeline_id"], e["pipeline_label"],
+               "; ".join(change_lines(e["before"], e["after"])), _compact(e["before"]), _compact(e["after"]),
+               _compact(e["details"]), e["prev_hash"], e["hash"]]
+
+
+def audit_json_items(events: Iterable[dict]) -> Iterator[dict]:
+    """The events as JSON objects (times in UTC ISO 8601), with the chain's hashes so a reader
+    can check the export against the log."""
+    from datetime import timezone as dt_timezone
+
+    for e in events:
+        yield {**e, "at": e["at"].astimezone(dt_timezone.utc).isoformat()}

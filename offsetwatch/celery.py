@@ -1,0 +1,33 @@
+"""The Celery app: Redis broker, one beat entry that fans a cycle out to one task per source."""
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+from celery.signals import before_task_publish
+
+from collectors.heartbeat import beat_sent_record
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "offsetwatch.settings")
+
+app = Celery("offsetwatch")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["collectors", "dashboard"])
+
+
+@app.on_after_configure.connect
+def _schedule(sender, **kwargs):
+    from django.conf import settings
+
+    sender.add_periodic_task(settings.POLL_INTERVAL_S, sender.signature("collectors.tasks.collect_all"), name="collect-all")
+    sender.add_periodic_task(settings.PRUNE_INTERVAL_S, sender.signature("collectors.tasks.prune"), name="prune")
+    sender.add_periodic_task(settings.POLL_INTERVAL_S, sender.signature("collectors.tasks.expire_rewinds"),
+                             name="expire-rewinds")
+
+
+@before_task_publish.connect
+def _beat_heartbeat(sender=None, **kwargs):
+    """beat's tick, seen where it happens: the process sending collect_all notes the time in Redis
+    (dashboard.monitoring.health tells beat down from workers down with it)."""
+    if sender == "collectors.tasks.collect_all":
+        beat_sent_record()
