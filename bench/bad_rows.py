@@ -52,8 +52,8 @@ def run(args, url: str) -> None:
     from django.test.utils import CaptureQueriesContext
 
     from collectors.cycle import poll_store
-    from dashboard import services
     from dashboard.models import StoreProblem
+    from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
     from streamoffsets.stores.hbase import HBaseOffsetStore
     from streamoffsets.types import BatchOffsets
 
@@ -66,8 +66,8 @@ def run(args, url: str) -> None:
     now = int(time.time() * 1000)
     for p in range(args.pipelines):
         store_lib.save_batch(BatchOffsets(f"topic-{p:03d}", "etl", now - 60_000, {0: 1}))
-    cluster = services.cluster_get_or_create(name="bench", bootstrap_servers="127.0.0.1:1")
-    store = services.store_get_or_create(name="bench", kind="hbase", url=url, cluster=cluster)
+    cluster = cluster_get_or_create(name="bench", bootstrap_servers="127.0.0.1:1")
+    store = store_get_or_create(name="bench", kind="hbase", url=url, cluster=cluster)
 
     with CaptureQueriesContext(connection) as queries:
         t0 = time.perf_counter()

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from benchdb import create_topics, with_lone_kafka_and_database  # noqa: E402
+
 DB = "offsetwatch_bench_cycle"
 
 
@@ -40,7 +41,7 @@ def run(args, bootstrap: str) -> None:
     from django.test.utils import CaptureQueriesContext
 
     from collectors.cycle import collect_once
-    from dashboard import services
+    from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
     from streamoffsets.kafka import KafkaWatermarkReader
     from streamoffsets.stores.kafka_groups import KafkaGroupOffsetStore
 
@@ -53,8 +54,8 @@ def run(args, bootstrap: str) -> None:
         consumer.close()
     print(f"setup: {len(topics)} topics x {args.partitions} partitions and {len(topics)} groups in "
           f"{time.perf_counter() - t0:.0f} s")
-    cluster = services.cluster_get_or_create(name="bench", bootstrap_servers=bootstrap)
-    services.store_get_or_create(name="groups", kind="kafka", url=f"kafka://{bootstrap}", cluster=cluster)
+    cluster = cluster_get_or_create(name="bench", bootstrap_servers=bootstrap)
+    store_get_or_create(name="groups", kind="kafka", url=f"kafka://{bootstrap}", cluster=cluster)
     collect_once()  # first cycle discovers the pipelines
 
     reader = KafkaWatermarkReader(bootstrap)

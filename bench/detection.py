@@ -33,6 +33,8 @@ import threading
 import time
 from pathlib import Path
 
+from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DB = "offsetwatch_bench_detection"
@@ -88,19 +90,19 @@ def run(args, bootstrap: str, hbase_url: str) -> None:
     from django.test import Client
 
     from collectors.cycle import collect_once
-    from dashboard import services
     from dashboard.accounts.roles import VIEWER
-    from tests.factories import person
+    from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
     from reference_job.producer import ensure_topic, producer_config
     from streamoffsets.kafka import KafkaWatermarkReader
-    from streamoffsets.stores.base import open_store
+    from streamoffsets.stores.registry import open_store
     from streamoffsets.types import BatchOffsets
+    from tests.factories import person
 
     call_command("migrate", verbosity=0)
     topic = "detect"
     ensure_topic(bootstrap, topic, PARTITIONS)
-    cluster = services.cluster_get_or_create(name="local", bootstrap_servers=bootstrap)
-    services.store_get_or_create(name="hbase", kind="hbase", url=hbase_url, cluster=cluster)
+    cluster = cluster_get_or_create(name="local", bootstrap_servers=bootstrap)
+    store_get_or_create(name="hbase", kind="hbase", url=hbase_url, cluster=cluster)
     store = open_store(hbase_url)
     store.ensure_table()
     client = Client()
@@ -263,9 +265,8 @@ def run_partitions(args, bootstrap: str, zk_hosts: str) -> None:
     from kazoo.client import KazooClient
 
     from collectors.cycle import collect_once
-    from dashboard import services
-    from dashboard.models import Pipeline
     from dashboard.accounts.roles import VIEWER
+    from dashboard.models import Pipeline
     from reference_job.producer import ensure_topic, producer_config
     from streamoffsets.kafka import KafkaWatermarkReader
     from streamoffsets.stores.kafka_groups import KafkaGroupOffsetStore
@@ -275,9 +276,9 @@ def run_partitions(args, bootstrap: str, zk_hosts: str) -> None:
     call_command("migrate", verbosity=0)
     topic = "detect-parts"
     ensure_topic(bootstrap, topic, PARTITIONS)
-    cluster = services.cluster_get_or_create(name="local", bootstrap_servers=bootstrap)
-    services.store_get_or_create(name="zookeeper", kind="zookeeper", url=f"zk://{zk_hosts}", cluster=cluster)
-    services.store_get_or_create(name="kafka-group", kind="kafka", url=f"kafka://{bootstrap}", cluster=cluster)
+    cluster = cluster_get_or_create(name="local", bootstrap_servers=bootstrap)
+    store_get_or_create(name="zookeeper", kind="zookeeper", url=f"zk://{zk_hosts}", cluster=cluster)
+    store_get_or_create(name="kafka-group", kind="kafka", url=f"kafka://{bootstrap}", cluster=cluster)
     client = Client()
     client.force_login(person("bench", VIEWER))
     reader = KafkaWatermarkReader(bootstrap)

@@ -54,9 +54,9 @@ def main() -> None:
                             sample_lag(newest.committed, newest.high))
         status = evaluate_status(window, parts, 10.0, newest.at_s + 1)
         if not args.no_partition_rules:  # a partition stuck while the others move (issue #13)
-            # As dashboard/services.py: the lags are built only if some partition may be stuck.
+            # As dashboard/monitoring/evaluation.py: the lags are built only if some partition may be stuck.
             merge_into(status, partition_status(
-                window, lambda: dict(zip(map(_partition_of, parts), map(_lag_of, parts))), 10.0, None))
+                window, lambda parts=parts: dict(zip(map(_partition_of, parts), map(_lag_of, parts))), 10.0, None))
         statuses += 1
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     n = args.pipelines * args.partitions

@@ -68,7 +68,7 @@ def start_gunicorn(port: int, workers: int, log_path: Path) -> subprocess.Popen:
                 return proc
         except OSError:
             if proc.poll() is not None:
-                raise SystemExit(f"gunicorn exited: see {log_path}")
+                raise SystemExit(f"gunicorn exited: see {log_path}") from None
             time.sleep(0.2)
     raise SystemExit(f"gunicorn did not listen within 60 s: see {log_path}")
 
@@ -157,9 +157,9 @@ def main() -> None:
     fresh_django_database(DB)
     from pages import build
 
-    from dashboard.web import heavy
-    from dashboard.charts import cache as chart_cache
     from dashboard.accounts.roles import VIEWER
+    from dashboard.charts import cache as chart_cache
+    from dashboard.web import heavy
     from devstack.deployment import HttpSession
     from tests.factories import person
 

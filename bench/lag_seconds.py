@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from benchdb import create_topics, with_lone_kafka_and_database  # noqa: E402
+
 DB = "offsetwatch_bench_lagsec"
 GROUPS = 3
 RECORDS = 4  # per partition; the groups sit at offsets 0, 1 and 2: all three lag
@@ -45,8 +46,8 @@ def run(args, bootstrap: str) -> None:
     from collectors.cycle import collect_once
     from collectors.locks import redis_client
     from collectors.record_times import _key
-    from dashboard import services
     from dashboard.models import PipelineEvaluation
+    from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
 
     topics = [f"lagsec-{i:04d}" for i in range(args.pipelines)]
     t0 = time.perf_counter()
@@ -68,8 +69,8 @@ def run(args, bootstrap: str) -> None:
             consumer.close()
     print(f"setup: {len(topics)} topics x {args.partitions} partitions, {RECORDS} records each, "
           f"{len(topics) * GROUPS} groups in {time.perf_counter() - t0:.0f} s")
-    cluster = services.cluster_get_or_create(name="bench", bootstrap_servers=bootstrap)
-    services.store_get_or_create(name="groups", kind="kafka", url=f"kafka://{bootstrap}", cluster=cluster)
+    cluster = cluster_get_or_create(name="bench", bootstrap_servers=bootstrap)
+    store_get_or_create(name="groups", kind="kafka", url=f"kafka://{bootstrap}", cluster=cluster)
 
     # The first cycle: the pipelines appear (store poll) and are evaluated (cluster poll).
     t = time.perf_counter()

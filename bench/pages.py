@@ -38,15 +38,15 @@ def empty_view(request):
 
 
 def build(partitions: int, days: int, overview_pipelines: int) -> int:
-    from dashboard import services
-    from offsetwatch.lib import sparkline
-    from offsetwatch.lib.pgcopy import copy_insert
     from dashboard.models import Batch, LagSample, Pipeline, PipelineEvaluation, Store, WatermarkSample
+    from dashboard.monitoring.services import cluster_get_or_create
+    from offsetwatch.lib import sparkline
     from offsetwatch.lib.packing import pack, pack_partitions
+    from offsetwatch.lib.pgcopy import copy_insert
 
     rng = random.Random(3)
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    cluster = services.cluster_get_or_create(name="prod", bootstrap_servers="kafka:9092")
+    cluster = cluster_get_or_create(name="prod", bootstrap_servers="kafka:9092")
     store = Store.objects.create(name="hbase-prod", kind="hbase", url="hbase://h:9090/t", cluster=cluster)
     big = Pipeline.objects.create(store=store, topic="payments", group="ledger-writer")
     parts = list(range(partitions))

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from benchdb import start_lone_kafka  # noqa: E402
+
 DB = "offsetwatch_bench_scale"
 REDIS_DB = 11  # a database of the machine's Redis that nothing else here uses
 
@@ -136,16 +137,16 @@ def run(args, bootstrap: str, work: Path) -> None:
     from django.core.management import call_command
     from django.db import connection
 
+    from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
     from offsetwatch.celery import app
-    from dashboard import services
 
     call_command("migrate", verbosity=0)
     topics = [f"scale-{i:03d}" for i in range(args.topics)]
     t = time.perf_counter()
     setup_broker(bootstrap, topics, args.partitions)
     for i in range(args.sources):
-        cluster = services.cluster_get_or_create(name=f"cluster-{i:03d}", bootstrap_servers=bootstrap)
-        services.store_get_or_create(name=f"groups-{i:03d}", kind="kafka", url=f"kafka://{bootstrap}", cluster=cluster)
+        cluster = cluster_get_or_create(name=f"cluster-{i:03d}", bootstrap_servers=bootstrap)
+        store_get_or_create(name=f"groups-{i:03d}", kind="kafka", url=f"kafka://{bootstrap}", cluster=cluster)
     sources = 2 * args.sources
     print(f"setup: {args.topics} topics x {args.partitions} partitions, {args.topics} groups; {args.sources} stores + "
           f"{args.sources} clusters = {sources} sources ({time.perf_counter() - t:.0f} s)", flush=True)

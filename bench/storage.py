@@ -36,11 +36,13 @@ def main() -> None:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from dashboard import selectors, services
     from dashboard.models import LagSample, Pipeline, Store, WatermarkSample
+    from dashboard.monitoring.overview import overview_rows
+    from dashboard.monitoring.selectors import pipeline_lag_series
+    from dashboard.monitoring.services import cluster_get_or_create
     from offsetwatch.lib.packing import pack, pack_partitions
 
-    cluster = services.cluster_get_or_create(name="bench", bootstrap_servers="b:9092")
+    cluster = cluster_get_or_create(name="bench", bootstrap_servers="b:9092")
     store = Store.objects.create(name="bench", kind="hbase", url="hbase://h:9090/t", cluster=cluster)
     pipelines = Pipeline.objects.bulk_create(
         [Pipeline(store=store, topic=f"topic-{i:04d}", group="etl") for i in range(args.pipelines)]
@@ -84,8 +86,8 @@ def main() -> None:
     pipeline = pipelines[0]
     now = datetime.now(timezone.utc)
     for label, fn in [
-        ("lag series, 1 h", lambda: selectors.pipeline_lag_series(pipeline=pipeline, since=now - timedelta(hours=1))),
-        ("overview (500 pipelines)", lambda: selectors.overview_rows()),
+        ("lag series, 1 h", lambda: pipeline_lag_series(pipeline=pipeline, since=now - timedelta(hours=1))),
+        ("overview (500 pipelines)", lambda: overview_rows()),
         ("evaluation window + 1 h of watermarks", lambda: list(WatermarkSample.objects.filter(
             cluster=cluster, topic=pipeline.topic, sampled_at__gte=now - timedelta(hours=1)))),
     ]:

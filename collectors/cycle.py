@@ -16,12 +16,13 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.utils import timezone
 
-from streamoffsets.stores.reading import read_store, read_watermarks
 from collectors.record_times import cycle_record_times
-from dashboard import selectors, services
-from dashboard.rewinds import services as rewinds
 from dashboard.models import Cluster, Store
+from dashboard.monitoring.selectors import cluster_committed, cluster_topics, kafka_client_config, store_read_plan
+from dashboard.monitoring.services import source_health_record, store_reading_record, watermarks_record
+from dashboard.rewinds import services as rewinds
 from streamoffsets.errors import OffsetStoreError
+from streamoffsets.stores.reading import read_store, read_watermarks
 from streamoffsets.urls import mask_secrets, mask_url
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def _polling(source: str, label: str, secret_urls: tuple[str, ...]):
                  f"(soft limit {settings.POLL_SOFT_TIME_LIMIT_S} s, OFFSETWATCH_POLL_TIME_LIMIT): "
                  "the collector stopped it before the source answered")
         log.warning("%s: %s", label, error)
-        services.source_health_record(
+        source_health_record(
             source=source, label=label, started_at=outcome.started_at, duration_ms=int(took * 1000),
             error=error, error_by="collector",
         )
@@ -79,12 +80,12 @@ def _polling(source: str, label: str, secret_urls: tuple[str, ...]):
     except Exception as exc:  # any failure of one source is recorded and the cycle goes on
         error = mask_secrets(_describe(exc), secret_urls)
         log.warning("%s failed: %s", label, error)
-        services.source_health_record(
+        source_health_record(
             source=source, label=label, started_at=outcome.started_at,
             duration_ms=int((time.monotonic() - t0) * 1000), error=error,
         )
         raise SourceFailed(error) from exc
-    services.source_health_record(
+    source_health_record(
         source=source, label=label, started_at=outcome.started_at,
         duration_ms=int((time.monotonic() - t0) * 1000), warning=mask_secrets(outcome.warning or "", secret_urls),
     )
@@ -94,12 +95,12 @@ def poll_store(store_id: int, timeout_s: float | None = None) -> int:
     """Read one store's new batches. Returns batches added; a failure raises SourceFailed."""
     store = Store.objects.select_related("cluster").get(pk=store_id)
     with _polling(f"store:{store.pk}", source_label("store", store.name, store.url), (store.url,)):
-        plan = selectors.store_read_plan(store=store, now=timezone.now())
+        plan = store_read_plan(store=store, now=timezone.now())
         reading = read_store(
             store.url, plan, timeout_s=timeout_s or settings.IO_TIMEOUT_S, ping_timeout_s=settings.POLL_PROBE_TIMEOUT_S,
-            kafka_config=selectors.kafka_client_config(cluster_name=store.cluster.name),
+            kafka_config=kafka_client_config(cluster_name=store.cluster.name),
         )
-        added = services.store_reading_record(store=store, reading=reading, now_ms=plan.now_ms)
+        added = store_reading_record(store=store, reading=reading, now_ms=plan.now_ms)
     # Rewinds applied to this store's pipelines are verified from the batches just recorded.
     rewinds.rewinds_verify(pipeline_ids=list(store.pipelines.values_list("pk", flat=True)))
     return added
@@ -110,13 +111,13 @@ def poll_cluster(cluster_id: int, timeout_s: float | None = None) -> int:
     cluster = Cluster.objects.get(pk=cluster_id)
     with _polling(f"cluster:{cluster.pk}", source_label("cluster", cluster.name, cluster.bootstrap_servers),
                   (cluster.bootstrap_servers,)) as outcome:
-        topics = selectors.cluster_topics(cluster=cluster)
+        topics = cluster_topics(cluster=cluster)
         timeout_s = timeout_s or settings.IO_TIMEOUT_S
         result = read_watermarks(cluster.bootstrap_servers, topics, timeout_s=timeout_s,
                                  chunk_size=settings.KAFKA_LIST_OFFSETS_CHUNK, ping_timeout_s=settings.POLL_PROBE_TIMEOUT_S,
-                                 config=selectors.kafka_client_config(cluster_name=cluster.name))
+                                 config=kafka_client_config(cluster_name=cluster.name))
         warnings = [f"topic {t!r}: {why}" for t, why in sorted(result.missing.items())]
-        topics_of, committed = selectors.cluster_committed(cluster=cluster, topics=list(result.by_topic))
+        topics_of, committed = cluster_committed(cluster=cluster, topics=list(result.by_topic))
         # The records at the committed positions are read after the watermarks, in a thread with
         # no database access, while the samples are stored and the history loaded; the evaluation
         # waits for them (at most the read's budget). A failure there is a warning.
@@ -129,7 +130,7 @@ def poll_cluster(cluster_id: int, timeout_s: float | None = None) -> int:
                 records = reading.result()
                 return records.found, records.missing
 
-            added = services.watermarks_record(cluster=cluster, result=result, sampled_at=outcome.started_at,
+            added = watermarks_record(cluster=cluster, result=result, sampled_at=outcome.started_at,
                                                records_later=records_later, committed=committed)
             records = reading.result()  # read already, unless there was no pipeline to evaluate
         if records.warning:

@@ -16,18 +16,17 @@ to keep consistent, and a store that fails or hangs holds the cluster's poll for
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import time
-
 from django.conf import settings
 
 from collectors import locks
-from dashboard import services
-from dashboard.monitoring import health as collector_health
 from dashboard.models import SourceHealth, Store
+from dashboard.monitoring import health as collector_health
+from dashboard.monitoring.services import source_health_record
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +40,7 @@ class FanOut:
 
 def cycle_fan_out(*, now: datetime, enqueue: Callable[[str, bool], None]) -> FanOut:
     """Record the tick (the "collector:beat" row) and send one poll per due, idle source."""
-    services.source_health_record(source=collector_health.BEAT_SOURCE, label=collector_health.BEAT_LABEL,
+    source_health_record(source=collector_health.BEAT_SOURCE, label=collector_health.BEAT_LABEL,
                                   started_at=now, duration_ms=0)
     full, probe = collector_health.sources_due(now=now)
     result = FanOut()

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from contextlib import contextmanager
 
 import redis
 from django.conf import settings
-
-import time
 
 from collectors.redis_keys import POLL_LOCK_PREFIX, POLLING_KEY, QUEUED_PREFIX
 

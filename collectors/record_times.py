@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import redis
 from django.conf import settings
 
-from streamoffsets.stores.reading import read_record_timestamps
 from collectors.redis_keys import RECORD_TIMES_PREFIX
-from dashboard import selectors
+from dashboard.monitoring.selectors import kafka_client_config, record_positions
 from streamoffsets.errors import OffsetStoreError
+from streamoffsets.stores.reading import read_record_timestamps
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def cycle_record_times(
     cap = settings.RECORD_TIMESTAMP_PARTITIONS
     if cap <= 0:
         return out  # record reads off: interpolation only
-    positions, deleted = selectors.record_positions(topics=topics_of, committed=committed, marks=marks)
+    positions, deleted = record_positions(topics=topics_of, committed=committed, marks=marks)
     out.missing.update((pos, "record deleted by retention") for pos in deleted)
     if not positions:
         _save(cluster.pk, {}, [])
@@ -75,7 +75,7 @@ def cycle_record_times(
     if todo:
         try:
             read = read_record_timestamps(cluster.bootstrap_servers, todo, timeout_s=timeout_s, budget_s=budget_s(len(todo)),
-                                          config=selectors.kafka_client_config(cluster_name=cluster.name))
+                                          config=kafka_client_config(cluster_name=cluster.name))
         except OffsetStoreError as exc:
             out.warning = f"record timestamps not read ({exc}); lag in seconds interpolated"
             for pos in todo:

@@ -66,8 +66,8 @@ def expire_rewinds() -> None:
 
 @shared_task(name="collectors.tasks.prune", ignore_result=True, soft_time_limit=600, time_limit=660)
 def prune() -> None:
-    from dashboard import services
+    from dashboard.monitoring.pruning import history_prune
 
     with source_lock("prune", ttl_s=660) as acquired:
         if acquired:
-            services.history_prune(now=timezone.now())
+            history_prune(now=timezone.now())

@@ -12,10 +12,10 @@ from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
-from dashboard import services
+from dashboard.accounts.tokens import api_token_revoke, pipeline_token_revoke
 from dashboard.audit.services import audit_append, changed_values, model_snapshot, request_actor
-from dashboard.web.forms import StoreAdminForm
 from dashboard.models import ApiToken, Cluster, Incident, Pipeline, PipelineToken, SourceHealth, StartReport, Store, StoreProblem
+from dashboard.web.forms import StoreAdminForm
 
 
 def _related_names(obj, field) -> list[str]:
@@ -195,7 +195,7 @@ class TokenAdmin(AuditedAdmin):
 
     @admin.action(description="Revoke the selected tokens", permissions=["change"])
     def revoke(self, request, queryset):
-        revoke = services.pipeline_token_revoke if queryset.model is PipelineToken else services.api_token_revoke
+        revoke = pipeline_token_revoke if queryset.model is PipelineToken else api_token_revoke
         count = 0
         with transaction.atomic():
             for token in queryset.filter(revoked_at=None):

@@ -59,7 +59,7 @@ class Store(models.Model):
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
 
-        from streamoffsets.stores.base import store_kind_of_url
+        from streamoffsets.stores.registry import store_kind_of_url
         from streamoffsets.urls import validate_store_url
 
         try:

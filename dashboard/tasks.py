@@ -11,9 +11,9 @@ HARD_LIMIT_S = SOFT_LIMIT_S + 60
 
 @shared_task(name="dashboard.tasks.export_run", ignore_result=True, soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
 def export_run(job_id: int) -> None:
-    from dashboard import services
+    from dashboard.exports.services import export_job_run
 
-    services.export_job_run(job_id=job_id)
+    export_job_run(job_id=job_id)
 
 
 @shared_task(bind=True, name="dashboard.tasks.notify_deliver", ignore_result=True, soft_time_limit=120, time_limit=150)

@@ -142,10 +142,10 @@ class Sources:
 
 SETUP = """
 import json, sys
-from dashboard import services
+from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
 spec = json.loads(sys.stdin.read())
-cluster = services.cluster_get_or_create(name="faults", bootstrap_servers=spec["bootstrap"])
-stores = {kind: services.store_get_or_create(name=f"faults-{kind}", kind=spec["kinds"][kind], url=url,
+cluster = cluster_get_or_create(name="faults", bootstrap_servers=spec["bootstrap"])
+stores = {kind: store_get_or_create(name=f"faults-{kind}", kind=spec["kinds"][kind], url=url,
                                              cluster=cluster).pk for kind, url in spec["urls"].items()}
 print(json.dumps({"cluster": cluster.pk, "stores": stores}))
 """
@@ -418,7 +418,7 @@ def batches_compared(dep: FaultRun, sources: Sources) -> tuple[int, int, list[st
     import os
     import signal
 
-    from streamoffsets.stores.base import open_store
+    from streamoffsets.stores.registry import open_store
 
     # The writer pauses so the collectors can catch up with what the stores hold.
     os.kill(sources.writer.pid, signal.SIGSTOP)

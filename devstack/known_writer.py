@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from streamoffsets.stores.base import open_store
+from streamoffsets.stores.registry import open_store
 from streamoffsets.types import BatchOffsets
 
 
@@ -78,7 +78,7 @@ def producer_loop(stop: threading.Event, due: list[int], cond: threading.Conditi
     sent = 0
     while not stop.is_set():
         with cond:
-            cond.wait_for(lambda: due[0] > sent or stop.is_set(), timeout=0.5)
+            cond.wait_for(lambda sent=sent: due[0] > sent or stop.is_set(), timeout=0.5)
             target = due[0]
         for _ in range(target - sent):
             for p in range(ARGS.partitions):

@@ -2,9 +2,9 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from dashboard.web import views
 from dashboard.audit import views as audit_views
 from dashboard.rewinds import views as rewind_views
+from dashboard.web import views
 
 # A server error: a database one is a 503, an API one stays JSON (dashboard/web/unavailable.py).
 handler500 = "dashboard.web.unavailable.server_error"

@@ -4,7 +4,7 @@ Two modes:
 - `--store URL` (the default way): the offset store is the job's source of truth, not a Spark
   checkpoint (checkpoints do not survive application upgrades). Each run uses a fresh,
   temporary checkpoint and starts from what `streamoffsets.restart` resolves from the newest
-  stored batch. The store is any writable one `streamoffsets.stores.base.open_store` knows: hbase://,
+  stored batch. The store is any writable one `streamoffsets.stores.registry.open_store` knows: hbase://,
   zk://, kafka:// or file://.
 - `--checkpoint DIR`: Spark's own checkpoint in DIR is kept across runs and is the position
   (the dashboard reads it as a `checkpoint://` store; the pipeline's group is DIR's name). A
@@ -37,7 +37,6 @@ from typing import Callable
 
 from reference_job.output import OutputSink
 from reference_job.sources import SOURCES, kafka_stream_reader
-from streamoffsets.stores.checkpoint import CheckpointStore, start_fresh_checkpoint
 from streamoffsets.dashboard_client import (
     DashboardClient,
     instance_id,
@@ -51,7 +50,8 @@ from streamoffsets.restart import (
     StartPlan,
     restart,
 )
-from streamoffsets.stores.base import open_store
+from streamoffsets.stores.checkpoint import CheckpointStore, start_fresh_checkpoint
+from streamoffsets.stores.registry import open_store
 from streamoffsets.types import BatchOffsets
 
 log = logging.getLogger("offsetwatch.job")

@@ -523,7 +523,7 @@ def drift(a: dict[int, int], b: dict[int, int]) -> dict[int, int]:
 
 def describe_drift(a_name: str, a: dict[int, int], b_name: str, b: dict[int, int]) -> str:
     parts = []
-    for p, d in drift(a, b).items():
+    for p in drift(a, b):
         left, right = a.get(p), b.get(p)
         parts.append(f"partition {p}: {'—' if left is None else f'{left:,}'} vs {'—' if right is None else f'{right:,}'}")
     return f"offsets differ between {a_name} and {b_name}: " + "; ".join(parts)

@@ -19,7 +19,6 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 
 from streamoffsets.evaluation import Sample, Status, StatusResult, human_duration
 
-
 _at_of = attrgetter("at_s")
 
 

@@ -47,7 +47,7 @@ def _answers_as_zookeeper(host: str, port: int, timeout_s: float) -> bool:
 def server_kind_problem(url: str, *, timeout_s: float, kafka_config: dict | None = None) -> str | None:
     """None when the server answers as the URL's kind, or cannot be reached now, or the URL is not
     a network store; otherwise what is wrong, with the URL's secrets masked."""
-    from streamoffsets.stores.base import open_store
+    from streamoffsets.stores.registry import open_store
 
     parts = urlsplit(url.strip())
     scheme = parts.scheme.lower()

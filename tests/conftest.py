@@ -90,15 +90,15 @@ def collectors_ticking(db):
     from django.conf import settings
     from django.utils import timezone
 
-    from dashboard import services
-    from dashboard.monitoring import health as collector_health
     from collectors.redis_keys import BEAT_SENT_KEY
+    from dashboard.monitoring import health as collector_health
+    from dashboard.monitoring.services import source_health_record
 
     try:
         redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2).delete(BEAT_SENT_KEY)
     except redis.exceptions.RedisError:
         pass  # a test that points REDIS_URL at a dead server: nothing to clear
-    return services.source_health_record(source=collector_health.BEAT_SOURCE, label=collector_health.BEAT_LABEL,
+    return source_health_record(source=collector_health.BEAT_SOURCE, label=collector_health.BEAT_LABEL,
                                          started_at=timezone.now(), duration_ms=0)
 
 
@@ -111,8 +111,8 @@ def _fresh_chart_cache_and_heavy_slots(request):
         return
     import redis
 
-    from dashboard.web import heavy
     from dashboard.charts import cache as chart_cache
+    from dashboard.web import heavy
 
     def reset() -> None:
         try:

@@ -3,8 +3,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard import services
+from dashboard.accounts.tokens import api_token_issue, pipeline_token_issue
+from dashboard.accounts.users import user_create_or_update
 from dashboard.models import Cluster, Store
+from dashboard.monitoring.services import (
+    cluster_get_or_create,
+    source_health_record,
+    store_get_or_create,
+    store_reading_record,
+    watermarks_record,
+)
+from dashboard.rewinds.start_reports import start_report_record
 from reference_job.producer import ensure_topic, produce
 from streamoffsets.stores.hbase import HBaseOffsetStore
 from streamoffsets.types import BatchOffsets
@@ -24,8 +33,8 @@ def hbase_store_setup(stack, unique_name, partitions: int = 3, records: int = 0)
     url = f"hbase://{stack.hbase_host}:{stack.hbase_port}/{table}"
     hbase = HBaseOffsetStore.from_url(url)
     hbase.ensure_table()
-    cluster = services.cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers=stack.kafka_bootstrap)
-    store = services.store_get_or_create(name=unique_name("store"), kind="hbase", url=url, cluster=cluster)
+    cluster = cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers=stack.kafka_bootstrap)
+    store = store_get_or_create(name=unique_name("store"), kind="hbase", url=url, cluster=cluster)
     topic = unique_name("orders")
     ensure_topic(stack.kafka_bootstrap, topic, partitions)
     if records:
@@ -48,20 +57,20 @@ def offline_pipeline(
     {partition: (low, high)} at `sampled_at`, which samples and evaluates it."""
     from django.utils import timezone
 
-    from streamoffsets.stores.reading import StoreReading
     from dashboard.models import Pipeline
     from streamoffsets.kafka import WatermarkResult
+    from streamoffsets.stores.reading import StoreReading
     from streamoffsets.types import PipelineKey, Watermarks
 
     if store is None:
-        cluster = services.cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers="127.0.0.1:1")
-        store = services.store_get_or_create(name=unique_name("store"), kind="hbase",
+        cluster = cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers="127.0.0.1:1")
+        store = store_get_or_create(name=unique_name("store"), kind="hbase",
                                              url="hbase://127.0.0.1:1/unused", cluster=cluster)
     topic = topic or unique_name("orders")
     key = PipelineKey(topic, group)
-    services.store_reading_record(store=store, reading=StoreReading(
+    store_reading_record(store=store, reading=StoreReading(
         pipelines=[key], batches={key: [BatchOffsets(topic, group, ms, offsets) for ms, offsets in batches]}))
-    services.watermarks_record(
+    watermarks_record(
         cluster=store.cluster, sampled_at=sampled_at or timezone.now(),
         result=WatermarkResult(by_topic={topic: {p: Watermarks(p, lo, hi) for p, (lo, hi) in partitions.items()}}))
     return Pipeline.objects.select_related("store", "store__cluster").get(store=store, topic=topic, group=group)
@@ -74,7 +83,7 @@ def person(name: str, *roles: str, password: str | None = None):
 
     if not roles:
         return User.objects.create_user(name, password=password)
-    user, _ = services.user_create_or_update(username=name, roles=list(roles), password=password)
+    user, _ = user_create_or_update(username=name, roles=list(roles), password=password)
     return user
 
 
@@ -132,8 +141,8 @@ def approved_replay(stack, unique_name, tmp_path) -> dict:
     """A topic with 10 records per partition; the job's offset file holds {0: 10, 1: 10}; the
     dashboard knows two batches ({4, 4} then {10, 10}) and the watermarks; a rewind to the first
     one requested by olga and approved by amir; a pipeline token for the job."""
-    from dashboard.rewinds.services import rewind_decide, rewind_request
     from dashboard.accounts.roles import APPROVER, OPERATOR
+    from dashboard.rewinds.services import rewind_decide, rewind_request
     from streamoffsets.stores.offsetfile import OffsetFileStore
 
     topic, group = unique_name("orders"), "etl"
@@ -141,14 +150,14 @@ def approved_replay(stack, unique_name, tmp_path) -> dict:
     produce(stack.kafka_bootstrap, topic, 2, 20)
     root = tmp_path / "offsets"
     OffsetFileStore(root).save_batch(BatchOffsets(topic, group, REPLAY_T0 + 10_000, {0: 10, 1: 10}))
-    cluster = services.cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers=stack.kafka_bootstrap)
-    store = services.store_get_or_create(name=unique_name("file"), kind="file", url=f"file://{root}", cluster=cluster)
+    cluster = cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers=stack.kafka_bootstrap)
+    store = store_get_or_create(name=unique_name("file"), kind="file", url=f"file://{root}", cluster=cluster)
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 10), 1: (0, 10)}, group=group, topic=topic, store=store,
                                 batches=[(REPLAY_T0, {0: 4, 1: 4}), (REPLAY_T0 + 10_000, {0: 10, 1: 10})])
     rewind = rewind_request(pipeline=pipeline, user=person("olga", OPERATOR), kind="batch",
                             spec={"batch_time_ms": REPLAY_T0}, reason="replay")
     rewind = rewind_decide(rewind=rewind, user=person("amir", APPROVER), approve=True)
-    token = services.pipeline_token_issue(pipeline=pipeline, name="job")[1]
+    token = pipeline_token_issue(pipeline=pipeline, name="job")[1]
     return {"topic": topic, "group": group, "root": root, "rewind": rewind, "token": token, "pipeline": pipeline}
 
 
@@ -193,9 +202,9 @@ def security_world(unique_name, tmp_path) -> SecurityWorld:
     from django.contrib.auth.models import Permission, User
     from django.utils import timezone
 
+    from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
     from dashboard.models import ExportJob, Incident, StoreProblem
     from dashboard.rewinds.services import rewind_request
-    from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
 
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 10), 1: (0, 10)},
                                 batches=[(REPLAY_T0, {0: 4, 1: 4}), (REPLAY_T0 + 10_000, {0: 9, 1: 8})])
@@ -213,14 +222,14 @@ def security_world(unique_name, tmp_path) -> SecurityWorld:
                                           status=ExportJob.Status.DONE, file_path=str(export_file),
                                           file_name="export.csv", finished_at=timezone.now())
     # A row for every admin page to show (change, delete, history views).
-    services.start_report_record(pipeline=pipeline, report={"topic": pipeline.topic, "group": pipeline.group,
+    start_report_record(pipeline=pipeline, report={"topic": pipeline.topic, "group": pipeline.group,
                                                             "offsets": {"0": 9, "1": 8}})
     Incident.objects.create(pipeline=pipeline, opened_at=timezone.now(), closed_at=timezone.now(), worst_status=2,
                             reasons=["test"])  # closed: the evaluation may have opened one already
     StoreProblem.objects.create(store=pipeline.store, key="row-1", problem="test")
     from dashboard.monitoring import health as collector_health
 
-    services.source_health_record(source=collector_health.BEAT_SOURCE, label=collector_health.BEAT_LABEL,
+    source_health_record(source=collector_health.BEAT_SOURCE, label=collector_health.BEAT_LABEL,
                                   started_at=timezone.now(), duration_ms=0)
     from axes.models import AccessAttempt, AccessFailureLog  # login throttling's rows (dashboard/accounts/lockout.py)
 
@@ -234,9 +243,9 @@ def security_world(unique_name, tmp_path) -> SecurityWorld:
         "approver": Actor("approver", person(unique_name("approver"), APPROVER)),
         "staff": Actor("staff", staff),
         "superuser": Actor("superuser", User.objects.create_superuser(unique_name("root"), password=None)),
-        "api_token": Actor("api_token", token=services.api_token_issue(user=viewer, name="grafana")[1]),
-        "pipeline_token": Actor("pipeline_token", token=services.pipeline_token_issue(pipeline=pipeline, name="job")[1]),
+        "api_token": Actor("api_token", token=api_token_issue(user=viewer, name="grafana")[1]),
+        "pipeline_token": Actor("pipeline_token", token=pipeline_token_issue(pipeline=pipeline, name="job")[1]),
         "other_pipeline_token": Actor("other_pipeline_token",
-                                      token=services.pipeline_token_issue(pipeline=other, name="job")[1]),
+                                      token=pipeline_token_issue(pipeline=other, name="job")[1]),
     }
     return SecurityWorld(pipeline, other, rewind, export_job, actors)

@@ -2,11 +2,10 @@
 downsampling, hostile input, and the OpenAPI document checked against the views."""
 from __future__ import annotations
 
-import re
-
 import base64
 import io
 import json
+import re
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 
@@ -15,12 +14,13 @@ from django.core.management import CommandError, call_command
 from django.urls import Resolver404, URLPattern, resolve, reverse
 from django.utils import timezone
 
-from dashboard import services
+from dashboard.accounts.roles import OPERATOR, VIEWER
+from dashboard.accounts.tokens import api_token_issue, api_token_revoke, pipeline_token_issue, token_hash
 from dashboard.api import urls as api_urls
 from dashboard.api.views import OPENAPI_PATH
 from dashboard.models import ApiToken, LagSample
+from dashboard.monitoring.services import source_health_record
 from offsetwatch.lib.packing import pack, pack_partitions
-from dashboard.accounts.roles import OPERATOR, VIEWER
 from tests.factories import offline_pipeline, person
 from tests.schema_check import violations
 
@@ -69,7 +69,7 @@ def test_api_tokens_act_as_their_user_and_are_stored_hashed(client, billing):
     plain = out.getvalue().strip()
     assert plain.startswith("owu_") and "shown only once" in err.getvalue() and "operator, viewer" in err.getvalue()
     token = ApiToken.objects.get(user=bob)
-    assert token.token_hash == services.token_hash(plain) and plain not in token.prefix + token.name
+    assert token.token_hash == token_hash(plain) and plain not in token.prefix + token.name
     assert token.last_used_at is None
 
     response = client.get(reverse("api_pipelines"), HTTP_AUTHORIZATION=f"Bearer {plain}")
@@ -77,7 +77,7 @@ def test_api_tokens_act_as_their_user_and_are_stored_hashed(client, billing):
     token.refresh_from_db()
     assert token.last_used_at is not None
 
-    services.api_token_revoke(token=token)
+    api_token_revoke(token=token)
     response = client.get(reverse("api_pipelines"), HTTP_AUTHORIZATION=f"Bearer {plain}")
     assert response.status_code == 401 and response.json() == {"error": "unknown or revoked API token"}
 
@@ -88,18 +88,18 @@ def test_a_failing_bearer_token_is_a_401_even_with_a_session(client, alice):
 
 
 def test_pipeline_tokens_are_not_api_tokens(client, billing):
-    _, plain = services.pipeline_token_issue(pipeline=billing, name="job")
+    _, plain = pipeline_token_issue(pipeline=billing, name="job")
     response = client.get(reverse("api_pipelines"), HTTP_AUTHORIZATION=f"Bearer {plain}")
     assert response.status_code == 401 and "owp_ pipeline tokens only report starts" in response.json()["error"]
 
 
 def test_tokens_of_users_without_a_role_or_inactive_are_refused(client):
     dave = person("dave_norole")
-    _, dave_token = services.api_token_issue(user=dave, name="script")
+    _, dave_token = api_token_issue(user=dave, name="script")
     response = client.get(reverse("api_collectors"), HTTP_AUTHORIZATION=f"Bearer {dave_token}")
     assert response.status_code == 403 and "no role assigned to 'dave_norole'" in response.json()["error"]
     erin = person("erin_viewer", VIEWER)
-    _, erin_token = services.api_token_issue(user=erin, name="script")
+    _, erin_token = api_token_issue(user=erin, name="script")
     erin.is_active = False
     erin.save()
     assert client.get(reverse("api_collectors"), HTTP_AUTHORIZATION=f"Bearer {erin_token}").status_code == 401
@@ -170,7 +170,7 @@ def test_unknown_paths_and_methods_are_json_errors(client, alice, billing):
         assert response.status_code == 404 and "no API endpoint" in response.json()["error"], path
     response = client.post(reverse("api_pipeline", args=[billing.pk]))
     assert response.status_code == 405 and response["Allow"] == "GET" and "use GET" in response.json()["error"]
-    token = services.pipeline_token_issue(pipeline=billing, name="job")[1]
+    token = pipeline_token_issue(pipeline=billing, name="job")[1]
     response = client.get(reverse("api_start_report"), headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 405 and "use POST" in response.json()["error"]
     # A job endpoint asks who is calling first: without its token a wrong method is a 401.
@@ -315,7 +315,7 @@ def test_the_existing_collectors_and_pipelines_answers_keep_their_shape(client, 
     row = next(p for p in get(client, "api_pipelines").json()["pipelines"] if p["id"] == billing.pk)
     assert {"id", "topic", "group", "store", "cluster", "status", "reasons", "evaluated_at", "total_lag", "lag_seconds",
             "lag_seconds_method", "retention_seconds_left", "last_batch_ms"} <= set(row)
-    services.source_health_record(source="store:1", label="store s", started_at=timezone.now(), duration_ms=3,
+    source_health_record(source="store:1", label="store s", started_at=timezone.now(), duration_ms=3,
                                   error="boom")
     source = get(client, "api_collectors").json()["sources"][0]
     assert (source["source"], source["healthy"], source["consecutive_failures"], source["last_error"]) == (
@@ -377,7 +377,7 @@ def test_every_get_endpoint_answers_what_the_spec_says(client, alice, billing, s
         params = {"limit": 1} if path.endswith("/batches") else {}
         headers = {}
         if {"pipelineToken": []} in operations["get"].get("security", []):  # a job's endpoint: its pipeline token
-            headers["Authorization"] = f"Bearer {services.pipeline_token_issue(pipeline=billing, name='contract')[1]}"
+            headers["Authorization"] = f"Bearer {pipeline_token_issue(pipeline=billing, name='contract')[1]}"
         response = client.get(url, params, headers=headers)
         assert response.status_code == 200, path
         schema = operations["get"]["responses"]["200"]["content"]["application/json"]["schema"]

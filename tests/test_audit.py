@@ -17,10 +17,11 @@ from django.db import connection
 from django.test import RequestFactory
 from django.urls import reverse
 
-from dashboard import selectors, services
+from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
+from dashboard.accounts.tokens import api_token_issue, api_token_revoke, pipeline_token_issue, pipeline_token_revoke
+from dashboard.audit.selectors import audit_verification_forget
 from dashboard.audit.services import audit_append, change_lines, request_actor
 from dashboard.models import ApiToken, AuditEvent, Cluster, Pipeline, PipelineToken, Store
-from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
 from tests.factories import offline_pipeline, person
 from tests.test_audit_chain import _behind_the_apps_back
 
@@ -30,9 +31,9 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def fresh_verification():
     """The page's verification is cached per process: each test starts without one."""
-    selectors.audit_verification_forget()
+    audit_verification_forget()
     yield
-    selectors.audit_verification_forget()
+    audit_verification_forget()
 
 
 @pytest.fixture
@@ -277,12 +278,12 @@ def test_the_address_is_remote_addr_never_a_forwarded_header(alice):
 
 def test_token_issue_and_revoke_are_audited_without_the_token(unique_name, alice):
     p = offline_pipeline(unique_name, partitions={0: (0, 5)}, batches=[(1_700_000_000_000, {0: 5})])
-    ptoken, pplain = services.pipeline_token_issue(pipeline=p, name="job", actor="ops-bot")
-    atoken, aplain = services.api_token_issue(user=alice, name="grafana", actor="root", actor_user_id=1,
+    ptoken, pplain = pipeline_token_issue(pipeline=p, name="job", actor="ops-bot")
+    atoken, aplain = api_token_issue(user=alice, name="grafana", actor="root", actor_user_id=1,
                                               remote_addr="192.0.2.1")
-    services.pipeline_token_revoke(token=ptoken, actor="erin", remote_addr="192.0.2.2")
-    services.pipeline_token_revoke(token=ptoken, actor="erin")  # already revoked: nothing happens, nothing recorded
-    services.api_token_revoke(token=atoken)
+    pipeline_token_revoke(token=ptoken, actor="erin", remote_addr="192.0.2.2")
+    pipeline_token_revoke(token=ptoken, actor="erin")  # already revoked: nothing happens, nothing recorded
+    api_token_revoke(token=atoken)
     issued_p, issued_a, revoked_p, revoked_a = _events("token.")
     assert (issued_p.action, issued_p.actor, issued_p.pipeline_id) == ("token.issued", "ops-bot", p.pk)
     assert issued_p.after == {"kind": "pipeline", "prefix": ptoken.prefix, "name": "job"}
@@ -413,9 +414,9 @@ def test_admin_role_changes_user_creation_and_deletion_are_audited(client, root)
 
 def test_admin_revokes_tokens_through_the_audited_service(client, root, unique_name):
     p = offline_pipeline(unique_name, partitions={0: (0, 5)}, batches=[(1_700_000_000_000, {0: 5})])
-    token, _ = services.pipeline_token_issue(pipeline=p, name="job")
+    token, _ = pipeline_token_issue(pipeline=p, name="job")
     bob = person("bob", OPERATOR)
-    api_token, _ = services.api_token_issue(user=bob, name="automation")
+    api_token, _ = api_token_issue(user=bob, name="automation")
     for name, pk in (("admin:dashboard_pipelinetoken_changelist", token.pk),
                      ("admin:dashboard_apitoken_changelist", api_token.pk)):
         response = client.post(reverse(name), {"action": "revoke", "_selected_action": [pk]}, **ROOT_ADDR)

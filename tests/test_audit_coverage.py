@@ -19,14 +19,21 @@ from django.contrib.contenttypes.models import ContentType
 from django.test import Client
 from django.urls import reverse
 
-from dashboard import services
+from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
+from dashboard.accounts.tokens import api_token_issue, pipeline_token_issue
 from dashboard.admin import AuditedAdmin
 from dashboard.audit.services import audit_verify
 from dashboard.models import (
-    AuditEvent, Cluster, Incident, PipelineToken, SourceHealth, StartReport, Store, StoreProblem,
+    AuditEvent,
+    Cluster,
+    Incident,
+    PipelineToken,
+    SourceHealth,
+    StartReport,
+    Store,
+    StoreProblem,
 )
 from dashboard.rewinds.services import rewind_decide, rewind_request
-from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
 from tests.factories import offline_pipeline, person
 
 pytestmark = pytest.mark.django_db
@@ -99,12 +106,12 @@ CASES = {
     ),
     "dashboard.PipelineToken": Case(
         "token",
-        make=lambda w: services.pipeline_token_issue(pipeline=w.pipeline, name="job")[0],
+        make=lambda w: pipeline_token_issue(pipeline=w.pipeline, name="job")[0],
         action="revoke", changed="token.revoked",
     ),
     "dashboard.ApiToken": Case(
         "token",
-        make=lambda w: services.api_token_issue(user=person(w.unique_name("u"), VIEWER), name="grafana")[0],
+        make=lambda w: api_token_issue(user=person(w.unique_name("u"), VIEWER), name="grafana")[0],
         action="revoke", changed="token.revoked",
     ),
     "dashboard.SourceHealth": Case(
@@ -278,7 +285,7 @@ def job(unique_name):
     olga, amir = person("olga", OPERATOR), person("amir", APPROVER)
     r = rewind_request(pipeline=p, user=olga, kind="batch", spec={"batch_time_ms": T0 + 10_000}, reason="bad deploy")
     rewind_decide(rewind=r, user=amir, approve=True)
-    token, plain = services.pipeline_token_issue(pipeline=p, name="etl-job")
+    token, plain = pipeline_token_issue(pipeline=p, name="etl-job")
     return {"pipeline": p, "rewind": r, "token": token,
             "client": Client(HTTP_AUTHORIZATION=f"Bearer {plain}", REMOTE_ADDR="192.0.2.44")}
 
@@ -311,7 +318,7 @@ def test_job_events_name_the_token_never_the_instance_the_job_claims(job):
 
 
 def test_an_applied_report_names_the_token(job):
-    p, r, client = job["pipeline"], job["rewind"], job["client"]
+    r, client = job["rewind"], job["client"]
     post = lambda path, body: client.post(path, body, content_type="application/json")  # noqa: E731
     assert post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "host-a:1"}).status_code == 200
     applied = post(f"/api/v1/rewinds/{r.pk}/applied", {"instance": "host-a:1", "offsets": {"0": 30, "1": 20},
@@ -325,7 +332,7 @@ def test_an_applied_report_names_the_token(job):
 def test_revoking_a_token_needs_the_change_permission(client, unique_name):
     """The revoke action was open to anyone who could see the token list."""
     world = _world(unique_name)
-    token, _ = services.pipeline_token_issue(pipeline=world.pipeline, name="job")
+    token, _ = pipeline_token_issue(pipeline=world.pipeline, name="job")
     viewer = User.objects.create_user("vic", is_staff=True)
     viewer.user_permissions.set(_perm_ids("dashboard.view_pipelinetoken"))
     client.force_login(viewer)

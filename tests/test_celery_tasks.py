@@ -7,9 +7,10 @@ import pytest
 from celery.contrib.testing.worker import start_worker
 
 from collectors import tasks
-from offsetwatch.celery import app
 from collectors.locks import source_lock
 from dashboard.models import Batch, LagSample, SourceHealth
+from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
+from offsetwatch.celery import app
 from tests.factories import hbase_store_setup, save
 
 
@@ -88,17 +89,16 @@ def queued_polls() -> list[str]:
 
 
 def file_store(unique_name, cluster, root):
-    from dashboard import services
+    from dashboard.monitoring.services import store_get_or_create
 
-    return services.store_get_or_create(name=unique_name("f"), kind="file", url=f"file://{root}", cluster=cluster)
+    return store_get_or_create(name=unique_name("f"), kind="file", url=f"file://{root}", cluster=cluster)
 
 
 @pytest.mark.django_db
 def test_collect_all_does_not_enqueue_a_source_already_queued_or_running(empty_queues, unique_name, tmp_path):
     """Issue #11, observation 5: beat enqueued every source every cycle whatever was queued."""
-    from dashboard import services
 
-    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers="127.0.0.1:1")
+    cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers="127.0.0.1:1")
     a, b = file_store(unique_name, cluster, tmp_path / "a"), file_store(unique_name, cluster, tmp_path / "b")
     everything = sorted([f"store:{a.pk}", f"store:{b.pk}", f"cluster:{cluster.pk}"])
 
@@ -128,12 +128,11 @@ def test_a_failing_source_backs_off_while_a_healthy_one_keeps_its_cadence(stack,
     the healthy ones are sent every cycle; a real worker runs the polls."""
     from celery.signals import before_task_publish
 
-    from dashboard import services
 
     settings.POLL_INTERVAL_S = 1.0
     settings.POLL_BACKOFF_MAX_S = 60.0
     (tmp_path / "good").mkdir()
-    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
     good = file_store(unique_name, cluster, tmp_path / "good")
     bad = file_store(unique_name, cluster, tmp_path / "unmounted")  # fails at once: no root
 
@@ -249,14 +248,13 @@ def test_a_poll_cut_by_the_workers_time_limit_names_the_collector(stack, unique_
 
     from celery.exceptions import SoftTimeLimitExceeded
 
-    from dashboard import services
 
     settings.IO_TIMEOUT_S = 20.0
     frozen = socket.socket()
     frozen.bind(("127.0.0.1", 0))
     frozen.listen(8)
-    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
-    store = services.store_get_or_create(name=unique_name("h"), kind="hbase", cluster=cluster,
+    cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store = store_get_or_create(name=unique_name("h"), kind="hbase", cluster=cluster,
                                          url=f"hbase://127.0.0.1:{frozen.getsockname()[1]}/offsets")
 
     def soft_limit(signum, frame):
@@ -338,9 +336,8 @@ def test_a_slow_store_holds_the_cluster_poll_for_the_bound_only(stack, empty_que
 def test_the_wait_for_the_stores_never_depends_on_redis(unique_name, tmp_path, settings):
     """Redis away (the broker too): the cluster's poll goes on at once and records what it finds."""
     from collectors import fanout
-    from dashboard import services
 
-    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers="127.0.0.1:1")
+    cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers="127.0.0.1:1")
     file_store(unique_name, cluster, tmp_path / "a")
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
     started = time.monotonic()

@@ -9,15 +9,16 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.urls import reverse
 from django.utils import timezone as dj_timezone
-from hypothesis import given, settings as hsettings
+from hypothesis import given
+from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from dashboard import selectors
+from dashboard.accounts.roles import VIEWER
 from dashboard.charts import render as charts
+from dashboard.charts.selectors import chart_markers, pipeline_chart_table
 from dashboard.models import Incident, StartReport
 from dashboard.web.params import ChartParams, TimeRange
 from streamoffsets.evaluation import Status, lag_seconds, lag_seconds_series
-from dashboard.accounts.roles import VIEWER
 from tests.factories import person, pipeline_row, samples_bulk
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -65,20 +66,20 @@ def test_per_partition_lag_in_messages_and_seconds_from_packed_samples():
                  highs=lambda i: [100 * i, 50 * i], committed=lambda i: [max(0, 100 * (i - 2)), 50 * i])
     until = T0 + timedelta(minutes=9)
 
-    messages = selectors.pipeline_chart_table(pipeline=p, kind="partitions", unit="messages", since=T0, until=until)
+    messages = pipeline_chart_table(pipeline=p, kind="partitions", unit="messages", since=T0, until=until)
     assert messages.names == ["partition 0", "partition 1"]
     assert messages.values(0) == [0, 100] + [200] * 8
     assert messages.values(1) == [0] * 10
     assert list(messages.times) == [(T0 + timedelta(minutes=i)).timestamp() for i in range(10)]
 
-    seconds = selectors.pipeline_chart_table(pipeline=p, kind="partitions", unit="seconds", since=T0, until=until)
+    seconds = pipeline_chart_table(pipeline=p, kind="partitions", unit="seconds", since=T0, until=until)
     # Offset c = 100 (i - 2) was written 0.6 s after sample i - 2 (the high passed it there): lag 119.4 s.
     assert seconds.values(0) == [0.0, 59.4] + [119.4] * 8
     assert seconds.values(1) == [0.0] * 10
-    total = selectors.pipeline_chart_table(pipeline=p, kind="total", unit="seconds", since=T0, until=until)
+    total = pipeline_chart_table(pipeline=p, kind="total", unit="seconds", since=T0, until=until)
     assert total.values(0) == [0.0, 59.4] + [119.4] * 8  # the most-behind partition's
 
-    stored_total = selectors.pipeline_chart_table(pipeline=p, kind="total", unit="messages", since=T0, until=until)
+    stored_total = pipeline_chart_table(pipeline=p, kind="total", unit="messages", since=T0, until=until)
     assert stored_total.values(0) == [0, 100] + [200] * 8
 
 
@@ -88,7 +89,7 @@ def test_lag_seconds_uses_watermarks_from_before_the_range():
     samples_bulk(p, start=T0, step_s=60, count=30, highs=lambda i: [100 * i], committed=lambda i: [0])
     # Asked for the last 5 minutes only: offset 0 was written 0.6 s after T0, 25+ minutes earlier.
     since = T0 + timedelta(minutes=25)
-    table = selectors.pipeline_chart_table(pipeline=p, kind="total", unit="seconds", since=since,
+    table = pipeline_chart_table(pipeline=p, kind="total", unit="seconds", since=since,
                                            until=T0 + timedelta(minutes=29))
     assert table.values(0) == [round(25 * 60 + k * 60 - 0.6, 1) for k in range(5)]
 
@@ -104,7 +105,7 @@ def test_markers_are_incidents_and_restarts_in_the_range_in_time_order():
                                         clamped_partitions=1, messages_lost=12)
     StartReport.objects.filter(pk=report.pk).update(received_at=T0 + timedelta(minutes=7))
 
-    markers = selectors.chart_markers(pipeline=p, since=T0, until=T0 + timedelta(minutes=10))
+    markers = chart_markers(pipeline=p, since=T0, until=T0 + timedelta(minutes=10))
     assert [(m.at - T0, m.kind) for m in markers] == [
         (timedelta(minutes=5), "incident opened"), (timedelta(minutes=7), "restart"),
         (timedelta(minutes=9), "incident closed"),

@@ -2,14 +2,13 @@
 and read back through the API and the pages after real collector polls."""
 from __future__ import annotations
 
-
 import pytest
 from django.urls import reverse
 
 from collectors.cycle import collect_once
-from dashboard import services
-from dashboard.models import Pipeline
 from dashboard.accounts.roles import VIEWER
+from dashboard.models import Pipeline
+from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create, watermarks_record
 from reference_job.producer import ensure_topic, produce
 from tests.corpus import spark_batch
 from tests.factories import person
@@ -30,8 +29,8 @@ def test_a_checkpoints_numbers_come_from_its_newest_committed_batch_not_the_plan
         spark_batch(ckpt, batch_id, topic, {0: 2 * batch_id + 2, 1: 2 * batch_id + 2}, T0 + batch_id * 1000, True)
     # Batch 5 planned: Spark wrote offsets/5 and is running it (or will re-run it after a crash).
     spark_batch(ckpt, 5, topic, {0: 17, 1: 19}, T0 + 5000, committed=False)
-    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
-    store = services.store_get_or_create(name=unique_name("s"), kind="checkpoint",
+    cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store = store_get_or_create(name=unique_name("s"), kind="checkpoint",
                                          url=f"checkpoint://{ckpt.parent}", cluster=cluster)
     assert collect_once().errors == []
     pipeline = Pipeline.objects.get(store=store, topic=topic, group="orders-enricher")
@@ -62,15 +61,15 @@ def test_an_out_of_range_partition_has_no_lag_numbers_and_says_why(client, stack
 
     from dashboard.models import PipelineEvaluation
     from streamoffsets.kafka import WatermarkResult
-    from streamoffsets.stores.base import open_store
+    from streamoffsets.stores.registry import open_store
     from streamoffsets.types import BatchOffsets, Watermarks
 
     topic, group = unique_name("orders"), "etl"
     ensure_topic(stack.kafka_bootstrap, topic, 2)
     produce(stack.kafka_bootstrap, topic, 2, 402)  # 201 per partition
     url = f"file://{tmp_path / 'offsets'}"
-    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
-    store = services.store_get_or_create(name=unique_name("s"), kind="file", url=url, cluster=cluster)
+    cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store = store_get_or_create(name=unique_name("s"), kind="file", url=url, cluster=cluster)
     now_ms = int(timezone.now().timestamp() * 1000)
     with open_store(url) as writer:  # partition 0 beyond the topic's end (re-created topic?)
         writer.save_batch(BatchOffsets(topic, group, now_ms, {0: 1000, 1: 150}))
@@ -102,7 +101,7 @@ def test_an_out_of_range_partition_has_no_lag_numbers_and_says_why(client, stack
 
     # Below the low watermark (Tansu cannot move one: the watermarks enter at the service seam).
     result = WatermarkResult(by_topic={topic: {0: Watermarks(0, 2_000, 5_000), 1: Watermarks(1, 0, 201)}})
-    services.watermarks_record(cluster=cluster, result=result, sampled_at=timezone.now())
+    watermarks_record(cluster=cluster, result=result, sampled_at=timezone.now())
     p0 = PipelineEvaluation.objects.get(pipeline=pipeline).partitions[0]
     assert (p0["state"], p0["lag"], p0["lag_seconds"], p0["lag_method"]) == ("low out-of-range", None, None, "")
     assert p0["retention_margin"] == -1000  # negative: the data lost (what the metrics export)
@@ -139,8 +138,8 @@ def test_a_zookeeper_group_rewriting_unchanged_offsets_while_messages_wait_is_st
     base = f"{chroot}/consumers/{group}/offsets/{topic}"
     for p in (0, 1):
         zk.create(f"{base}/{p}", b"5", makepath=True)
-    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
-    store = services.store_get_or_create(name=unique_name("s"), kind="zookeeper",
+    cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store = store_get_or_create(name=unique_name("s"), kind="zookeeper",
                                          url=f"zk://{stack.zookeeper_hosts}{chroot}", cluster=cluster)
     assert collect_once().errors == []
     for _ in range(4):  # the spout commits every ~1 s, the same offsets each time
@@ -173,8 +172,8 @@ def test_a_recurring_torn_write_warning_is_one_row_with_a_count(client, stack, z
     base = f"{chroot}/consumers/{group}/offsets/{topic}"
     zk.create(f"{base}/0", b"3", makepath=True)
     zk.create(f"{base}/1", b"3")
-    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
-    store = services.store_get_or_create(name=unique_name("s"), kind="zookeeper",
+    cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store = store_get_or_create(name=unique_name("s"), kind="zookeeper",
                                          url=f"zk://{stack.zookeeper_hosts}{chroot}", cluster=cluster)
     seen = []
     for i in range(3):  # partition 1 advances, partition 0 lags further behind at every poll

@@ -6,6 +6,7 @@ import pytest
 
 from collectors.cycle import collect_once
 from dashboard.models import Batch, LagSample, Pipeline, PipelineEvaluation, SourceHealth, StoreProblem
+from dashboard.monitoring.services import cluster_get_or_create, source_health_record, store_get_or_create
 from devstack.components import free_port
 from streamoffsets.types import BatchOffsets
 from tests.factories import hbase_store_setup, save
@@ -112,11 +113,11 @@ def test_a_deleted_topic_is_reported_and_other_topics_keep_their_lag(stack, uniq
 
 def test_a_store_without_history_becomes_history_through_samples(stack, unique_name):
     """Kafka group offsets keep only the current position: unchanged samples add no batch."""
-    from dashboard import services
-    from streamoffsets.stores.base import open_store
+    from dashboard.monitoring.services import store_get_or_create
+    from streamoffsets.stores.registry import open_store
 
     s = hbase_store_setup(stack, unique_name, partitions=2, records=10)
-    store = services.store_get_or_create(
+    store = store_get_or_create(
         name=unique_name("groups"), kind="kafka", url=f"kafka://{stack.kafka_bootstrap}", cluster=s.cluster
     )
     group = unique_name("g")
@@ -165,7 +166,6 @@ def test_every_store_kind_whose_server_is_away_is_a_failed_poll(stack, unique_na
     """Issue #11, observation 4: a store that cannot be read is a failure of its poll, never a
     successful poll that found nothing (the Kafka group store's was)."""
     from collectors import cycle
-    from dashboard import services
 
     settings.IO_TIMEOUT_S = 1.0
     url = {
@@ -175,8 +175,8 @@ def test_every_store_kind_whose_server_is_away_is_a_failed_poll(stack, unique_na
         "file": f"file://{tmp_path}/unmounted",
         "checkpoint": f"checkpoint://{tmp_path}/unmounted",
     }[kind]
-    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
-    store = services.store_get_or_create(name=unique_name(kind), kind=kind, url=url, cluster=cluster)
+    cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store = store_get_or_create(name=unique_name(kind), kind=kind, url=url, cluster=cluster)
     with pytest.raises(cycle.SourceFailed):
         cycle.poll_store(store.pk)
     health = SourceHealth.objects.get(source=f"store:{store.pk}")
@@ -215,10 +215,9 @@ def ago(seconds: float):
 
 
 def beat_ran(at) -> None:
-    from dashboard import services
     from dashboard.monitoring import health as collector_health
 
-    services.source_health_record(source=collector_health.BEAT_SOURCE, label=collector_health.BEAT_LABEL,
+    source_health_record(source=collector_health.BEAT_SOURCE, label=collector_health.BEAT_LABEL,
                                   started_at=at, duration_ms=0)
 
 
@@ -237,10 +236,9 @@ def beat_sent(at) -> None:
 
 def a_source(unique_name, tmp_path) -> str:
     """A real (enabled) file store's source name: only sources still polled can go stale."""
-    from dashboard import services
 
-    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers="127.0.0.1:1")
-    store = services.store_get_or_create(name=unique_name("f"), kind="file", url=f"file://{tmp_path}", cluster=cluster)
+    cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers="127.0.0.1:1")
+    store = store_get_or_create(name=unique_name("f"), kind="file", url=f"file://{tmp_path}", cluster=cluster)
     return f"store:{store.pk}"
 
 
@@ -253,12 +251,11 @@ def short_intervals(settings):
 
 
 def test_with_the_collectors_running_everything_reads_healthy(client, vera, short_intervals, unique_name, tmp_path):
-    from dashboard import services
 
     source = a_source(unique_name, tmp_path)
     beat_sent(ago(1))
     beat_ran(ago(1))
-    services.source_health_record(source=source, label="store s", started_at=ago(1), duration_ms=20)
+    source_health_record(source=source, label="store s", started_at=ago(1), duration_ms=20)
     api, healthz, metrics, page = collectors_answers(client)
     assert (api["healthy"], api["down"]) == (True, [])
     assert [p["source"] for p in api["collectors"]] == ["collector:broker", "collector:beat", "collector:workers"]
@@ -274,12 +271,11 @@ def test_with_beat_stopped_no_source_reads_healthy_and_beat_is_named(client, ver
                                                                     tmp_path):
     """Nothing is written while beat is down: the last tick and the last poll, 30 s old with a
     2 s interval, say it. The source's own row, whose last poll worked, is not healthy either."""
-    from dashboard import services
 
     name = a_source(unique_name, tmp_path)
     beat_sent(ago(30))
     beat_ran(ago(30))
-    services.source_health_record(source=name, label="store s", started_at=ago(30), duration_ms=20)
+    source_health_record(source=name, label="store s", started_at=ago(30), duration_ms=20)
     api, healthz, metrics, page = collectors_answers(client)
 
     assert api["healthy"] is False and api["down"] == ["beat"]
@@ -310,29 +306,27 @@ def test_a_failing_source_is_failing_while_polled_and_stale_when_not(client, ver
                                                                       tmp_path):
     """A failing source is polled every cycle (probes between its backed-off full attempts), so
     a failing source not polled for longer than the stale limit is stale too."""
-    from dashboard import services
 
     name = a_source(unique_name, tmp_path)
     beat_sent(ago(1))
     beat_ran(ago(1))
     for _ in range(3):
-        services.source_health_record(source=name, label="s", started_at=ago(1), duration_ms=5, error="down")
+        source_health_record(source=name, label="s", started_at=ago(1), duration_ms=5, error="down")
     source = collectors_answers(client)[0]["sources"][0]
     assert (source["state"], source["last_error_by"]) == ("failing", "source")
-    services.source_health_record(source=name, label="s", started_at=ago(60), duration_ms=5, error="down")
+    source_health_record(source=name, label="s", started_at=ago(60), duration_ms=5, error="down")
     source = collectors_answers(client)[0]["sources"][0]
     assert source["state"] == "stale" and "the last poll failed: down" in source["problem"]
 
 
 def test_a_disabled_store_is_idle_not_stale(client, vera, short_intervals, stack, unique_name, tmp_path):
-    from dashboard import services
 
     beat_sent(ago(1))
     beat_ran(ago(1))
-    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
-    store = services.store_get_or_create(name=unique_name("f"), kind="file", url=f"file://{tmp_path}", cluster=cluster)
-    services.source_health_record(source=f"cluster:{cluster.pk}", label="c", started_at=ago(1), duration_ms=5)
-    services.source_health_record(source=f"store:{store.pk}", label="f", started_at=ago(60), duration_ms=5)
+    cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store = store_get_or_create(name=unique_name("f"), kind="file", url=f"file://{tmp_path}", cluster=cluster)
+    source_health_record(source=f"cluster:{cluster.pk}", label="c", started_at=ago(1), duration_ms=5)
+    source_health_record(source=f"store:{store.pk}", label="f", started_at=ago(60), duration_ms=5)
     store.enabled = False
     store.save()
     api = collectors_answers(client)[0]

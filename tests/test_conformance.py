@@ -23,9 +23,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from django.urls import reverse
 
 from collectors.cycle import collect_once
-from dashboard import services
-from dashboard.models import Pipeline, StoreProblem
 from dashboard.accounts.roles import VIEWER
+from dashboard.models import Pipeline, StoreProblem
+from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create, watermarks_record
 from reference_job.producer import ensure_topic, produce
 from tests.corpus import KINDS, STORE_KIND, Expect, Part, Row, World, check_pipeline, spark_batch
 from tests.factories import person
@@ -215,7 +215,7 @@ def partitions_added(w: World) -> dict[str, Expect]:
     # enter at the seam the cluster poll writes through; new partitions 2 (4 records) and 3 (none).
     ABSENT = "no stored offset for this partition"
     grown = {0: Watermarks(0, 0, 5), 1: Watermarks(1, 0, 5), 2: Watermarks(2, 0, 4), 3: Watermarks(3, 0, 0)}
-    services.watermarks_record(cluster=w.cluster, result=WatermarkResult(by_topic={topic: grown}),
+    watermarks_record(cluster=w.cluster, result=WatermarkResult(by_topic={topic: grown}),
                                sampled_at=timezone.now())
     # Partition 1's record is not read at the seam (no cluster poll reads records there); its
     # high watermark stood still over the two samples: a lower bound, said so.
@@ -412,8 +412,8 @@ def viewer(client):
 @pytest.mark.parametrize("row,kind", list(_cases()))
 def test_situation(row: Row, kind: str, viewer, stack, tmp_path, unique_name):
     world = World(kind, stack, tmp_path, unique_name)
-    cluster = services.cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers=stack.kafka_bootstrap)
-    store = services.store_get_or_create(name=unique_name("store"), kind=STORE_KIND[kind], url=world.url,
+    cluster = cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers=stack.kafka_bootstrap)
+    store = store_get_or_create(name=unique_name("store"), kind=STORE_KIND[kind], url=world.url,
                                          cluster=cluster)
     world.cluster, world.store, world.api = cluster, store, viewer
     try:

@@ -356,13 +356,13 @@ def test_a_clusters_kafka_client_config_reaches_its_clients(settings):
     """An invalid librdkafka value makes the client itself refuse: proof the config is passed to
     the watermark reader (cluster poll) and the Kafka group store (store poll) of that cluster."""
     from collectors import cycle
-    from dashboard import services
     from dashboard.models import SourceHealth
+    from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
 
     name = f"secured-{uuid.uuid4().hex[:6]}"
     bootstrap = f"127.0.0.1:{closed_port()}"
-    cluster = services.cluster_get_or_create(name=name, bootstrap_servers=bootstrap)
-    store = services.store_get_or_create(name=f"{name}-groups", kind="kafka", url=f"kafka://{bootstrap}", cluster=cluster)
+    cluster = cluster_get_or_create(name=name, bootstrap_servers=bootstrap)
+    store = store_get_or_create(name=f"{name}-groups", kind="kafka", url=f"kafka://{bootstrap}", cluster=cluster)
     settings.KAFKA_CLIENT_CONFIGS = {name: {"security.protocol": "not-a-protocol"}}
     for poll, pk, source in [(cycle.poll_cluster, cluster.pk, f"cluster:{cluster.pk}"),
                              (cycle.poll_store, store.pk, f"store:{store.pk}")]:
@@ -381,7 +381,7 @@ def test_zookeeper_store_with_digest_credentials(stack, unique_name):
     """zk://user:password@hosts/chroot authenticates; nodes it creates are writable only by that
     identity and readable by anyone (the dashboard's collectors included)."""
     from streamoffsets.errors import OffsetStoreError
-    from streamoffsets.stores.base import open_store
+    from streamoffsets.stores.registry import open_store
     from streamoffsets.types import BatchOffsets
 
     chroot = f"/{unique_name('acl')}"

@@ -21,11 +21,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from devstack.components import LOOPBACK, free_port
+from devstack.deployment import ROOT, Deployment, wait_for
 from reference_job.producer import ensure_topic, produce
 from streamoffsets.dashboard_client import DashboardClient, DashboardError
 from streamoffsets.stores.hbase import HBaseOffsetStore
 from streamoffsets.types import BatchOffsets
-from devstack.deployment import ROOT, Deployment, wait_for
 
 pytestmark = pytest.mark.deployed
 

@@ -9,10 +9,10 @@ from celery.contrib.testing.worker import start_worker
 from django.urls import reverse
 
 from collectors import tasks
-from offsetwatch.celery import app
-from dashboard import services
-from dashboard.models import Batch, LagSample, Pipeline, PipelineEvaluation
 from dashboard.accounts.roles import VIEWER
+from dashboard.models import Batch, LagSample, Pipeline, PipelineEvaluation
+from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
+from offsetwatch.celery import app
 from reference_job.job import JobConfig, ReferenceJob
 from reference_job.producer import ensure_topic, produce_forever
 from streamoffsets.kafka import KafkaWatermarkReader
@@ -27,8 +27,8 @@ def test_live_job_offsets_reach_the_pipeline_page(spark, stack, unique_name, tmp
     ensure_topic(stack.kafka_bootstrap, topic, 3)
     table = unique_name("offsets").replace("-", "_")
     url = f"hbase://{stack.hbase_host}:{stack.hbase_port}/{table}"
-    cluster = services.cluster_get_or_create(name="e2e", bootstrap_servers=stack.kafka_bootstrap)
-    store = services.store_get_or_create(name="e2e-hbase", kind="hbase", url=url, cluster=cluster)
+    cluster = cluster_get_or_create(name="e2e", bootstrap_servers=stack.kafka_bootstrap)
+    store = store_get_or_create(name="e2e-hbase", kind="hbase", url=url, cluster=cluster)
 
     stop_producer = threading.Event()
     producer = threading.Thread(

@@ -4,9 +4,10 @@ from __future__ import annotations
 import pytest
 
 from streamoffsets import evaluation
-
 from streamoffsets.evaluation import (
     PartitionState as PS,
+)
+from streamoffsets.evaluation import (
     Sample,
     Status,
     batch_interval_s,

@@ -8,9 +8,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from collectors.cycle import collect_once
-from dashboard import services
-from dashboard.models import Incident, Pipeline, PipelineEvaluation
 from dashboard.accounts.roles import VIEWER
+from dashboard.models import Incident, Pipeline, PipelineEvaluation
+from dashboard.monitoring.services import store_get_or_create, store_reading_record, watermarks_record
 from streamoffsets.evaluation import Status
 from streamoffsets.kafka import WatermarkResult
 from streamoffsets.types import Watermarks
@@ -61,7 +61,7 @@ def test_low_out_of_range_is_explained_in_words(oncall, stack, unique_name):
     collect_once()
     pipeline = Pipeline.objects.get(store=s.store)
     result = WatermarkResult(by_topic={s.topic: {0: Watermarks(0, 2_234, 5_000), 1: Watermarks(1, 0, 50)}})
-    services.watermarks_record(cluster=s.cluster, result=result, sampled_at=timezone.now())
+    watermarks_record(cluster=s.cluster, result=result, sampled_at=timezone.now())
 
     evaluation = PipelineEvaluation.objects.get(pipeline=pipeline)
     assert evaluation.status == Status.ERR
@@ -72,11 +72,11 @@ def test_low_out_of_range_is_explained_in_words(oncall, stack, unique_name):
 
 def test_offsets_of_one_job_in_two_stores_are_compared_and_drift_flagged(oncall, stack, unique_name):
     """The job keeps HBase rows and also commits to its Kafka group; the commit fell behind."""
-    from streamoffsets.stores.base import open_store
+    from streamoffsets.stores.registry import open_store
     from streamoffsets.types import BatchOffsets
 
     s = hbase_store_setup(stack, unique_name, partitions=2, records=20)
-    groups = services.store_get_or_create(name=unique_name("groups"), kind="kafka",
+    groups = store_get_or_create(name=unique_name("groups"), kind="kafka",
                                           url=f"kafka://{stack.kafka_bootstrap}", cluster=s.cluster)
     group = unique_name("etl")
     save(s, group, now_ms(), {0: 10, 1: 10})
@@ -138,8 +138,8 @@ def test_a_store_poll_between_a_cluster_poll_s_reads_is_not_a_stall(unique_name)
     with its offsets, so "batches came but offsets stood still" is not concluded from it."""
     from datetime import timedelta
 
-    from dashboard import selectors
     from dashboard.models import LagSample
+    from dashboard.monitoring.selectors import committed_offsets
     from tests.factories import offline_pipeline
 
     now = timezone.now()
@@ -147,9 +147,9 @@ def test_a_store_poll_between_a_cluster_poll_s_reads_is_not_a_stall(unique_name)
     p = offline_pipeline(unique_name, partitions={0: (0, 100)}, sampled_at=now - timedelta(seconds=10),
                          batches=[(ms - 25_000, {0: 10}), (ms - 20_000, {0: 20}), (ms - 15_000, {0: 30})])
     marks = WatermarkResult(by_topic={p.topic: {0: Watermarks(0, 0, 110)}})
-    read_first = selectors.committed_offsets(pipeline_ids=[p.pk])  # the cluster poll's read...
-    services.store_reading_record(store=p.store, reading=_reading(p, [(ms - 10_000, {0: 40}), (ms - 5_000, {0: 50})]))
-    services.watermarks_record(cluster=p.store.cluster, result=marks, sampled_at=now, committed=read_first)
+    read_first = committed_offsets(pipeline_ids=[p.pk])  # the cluster poll's read...
+    store_reading_record(store=p.store, reading=_reading(p, [(ms - 10_000, {0: 40}), (ms - 5_000, {0: 50})]))
+    watermarks_record(cluster=p.store.cluster, result=marks, sampled_at=now, committed=read_first)
     sample = LagSample.objects.filter(pipeline=p).latest("sampled_at")
     assert sample.last_batch_ms == ms - 15_000  # the batch its offsets came from, not the newer one
     assert PipelineEvaluation.objects.get(pipeline=p).status != Status.STALLED

@@ -16,10 +16,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from dashboard import services
-from dashboard.exports import views as exports
-from dashboard.models import Batch, ExportJob
 from dashboard.accounts.roles import VIEWER
+from dashboard.exports import views as exports
+from dashboard.exports.services import export_job_create, export_job_run, export_jobs_prune
+from dashboard.models import Batch, ExportJob
 from tests.factories import person, pipeline_row, samples_bulk
 
 pytestmark = pytest.mark.django_db
@@ -257,13 +257,13 @@ def test_the_export_service_writes_the_file_with_progress_and_the_owner_download
     p = pipeline_row("bg", topic="orders", group="billing")
     batches(p, 2500)
     time_range = exports_range_all()
-    job = services.export_job_create(user=alice, pipeline=p, kind=ExportJob.Kind.BATCHES_CSV, time_range=time_range)
+    job = export_job_create(user=alice, pipeline=p, kind=ExportJob.Kind.BATCHES_CSV, time_range=time_range)
 
-    done = services.export_job_run(job_id=job.pk)
+    done = export_job_run(job_id=job.pk)
     assert done.status == "done" and done.error == ""
     assert done.rows_done == done.rows_total == 2500 and done.percent == 100
     assert done.file_name == "offsetwatch_orders_billing_bg-store_all_batches.csv"
-    assert services.export_job_run(job_id=job.pk) is None  # claimed once: a second run does nothing
+    assert export_job_run(job_id=job.pk) is None  # claimed once: a second run does nothing
 
     written = Path(done.file_path).read_bytes()
     inline = b"".join(client.get(reverse("pipeline_batches_csv", args=[p.pk]), {"range": "all"}).streaming_content)
@@ -286,10 +286,10 @@ def test_a_chart_export_job_writes_the_chart_rows(alice, settings, tmp_path, cha
 
     settings.EXPORT_DIR = tmp_path
     now = timezone.now()
-    job = services.export_job_create(user=alice, pipeline=charted, kind=ExportJob.Kind.CHART_CSV,
+    job = export_job_create(user=alice, pipeline=charted, kind=ExportJob.Kind.CHART_CSV,
                                      time_range=TimeRange(now - timedelta(hours=1), now, "1h"),
                                      chart_kind="partitions", chart_unit="messages")
-    done = services.export_job_run(job_id=job.pk)
+    done = export_job_run(job_id=job.pk)
     assert done.status == "done" and done.rows_total == 60
     preamble, header, rows = csv_parts(Path(done.file_path).read_bytes())
     assert header[2:] == ["partition 0 (messages)", "partition 1 (messages)", "partition 2 (messages)"]
@@ -302,9 +302,9 @@ def test_a_failing_export_is_recorded_with_its_reason_and_leaves_no_file(alice, 
     blocker.write_text("")
     settings.EXPORT_DIR = blocker / "exports"
     p = pipeline_row("fails")
-    job = services.export_job_create(user=alice, pipeline=p, kind=ExportJob.Kind.BATCHES_CSV,
+    job = export_job_create(user=alice, pipeline=p, kind=ExportJob.Kind.BATCHES_CSV,
                                      time_range=exports_range_all())
-    failed = services.export_job_run(job_id=job.pk)
+    failed = export_job_run(job_id=job.pk)
     assert failed.status == "failed" and "NotADirectoryError" in failed.error and failed.finished_at
     assert failed.file_path == ""
 
@@ -313,13 +313,13 @@ def test_prune_removes_expired_exports_and_their_files_and_fails_orphaned_ones(a
     settings.EXPORT_DIR = tmp_path
     p = pipeline_row("prune")
     batches(p, 5)
-    job = services.export_job_create(user=alice, pipeline=p, kind=ExportJob.Kind.BATCHES_CSV,
+    job = export_job_create(user=alice, pipeline=p, kind=ExportJob.Kind.BATCHES_CSV,
                                      time_range=exports_range_all())
-    done = services.export_job_run(job_id=job.pk)
+    done = export_job_run(job_id=job.pk)
     orphan = ExportJob.objects.create(user=alice, pipeline=p, kind="batches_csv", status="running",
                                       started_at=timezone.now() - timedelta(hours=3))
     later = timezone.now() + timedelta(seconds=settings.EXPORT_RETENTION_S + 60)
-    assert services.export_jobs_prune(now=later) == 1  # the expired one
+    assert export_jobs_prune(now=later) == 1  # the expired one
     assert not Path(done.file_path).exists() and not ExportJob.objects.filter(pk=done.pk).exists()
     orphan.refresh_from_db()  # its worker died: failed, and kept a retention period so its owner sees why
     assert orphan.status == "failed" and "worker stopped" in orphan.error

@@ -11,18 +11,17 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from django.db import connection
 from django.utils import timezone
 
 from collectors import tasks
-from streamoffsets.stores import reading as readers
 from collectors.cycle import collect_once
-from dashboard import services
 from dashboard.models import Batch, SourceHealth
+from dashboard.monitoring.services import cluster_get_or_create, source_health_record, store_get_or_create
 from devstack.components import LOOPBACK, Component, Stack, StackPorts, free_port
 from reference_job.producer import ensure_topic, produce
-from streamoffsets.stores.base import open_store
+from streamoffsets.stores import reading as readers
+from streamoffsets.stores.registry import open_store
 from streamoffsets.types import BatchOffsets
 
 pytestmark = pytest.mark.django_db
@@ -56,12 +55,12 @@ def setup_sources(stack: Stack, unique_name):
     topic = unique_name("orders")
     ensure_topic(f"{LOOPBACK}:{p.kafka}", topic, 2)
     produce(f"{LOOPBACK}:{p.kafka}", topic, 2, 10)
-    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=f"{LOOPBACK}:{p.kafka}")
+    cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers=f"{LOOPBACK}:{p.kafka}")
     stores = {
-        "hbase": services.store_get_or_create(name=unique_name("h"), kind="hbase",
+        "hbase": store_get_or_create(name=unique_name("h"), kind="hbase",
                                               url=f"hbase://{LOOPBACK}:{p.hbase}/{topic.replace('-', '_')}",
                                               cluster=cluster),
-        "zookeeper": services.store_get_or_create(name=unique_name("z"), kind="zookeeper",
+        "zookeeper": store_get_or_create(name=unique_name("z"), kind="zookeeper",
                                                   url=f"zk://{LOOPBACK}:{p.zookeeper}", cluster=cluster),
     }
     write(stores, topic, {0: 2, 1: 3}, 1_700_000_000_000)
@@ -229,7 +228,7 @@ def test_with_redis_stopped_the_broker_is_named_down(private, client, settings, 
     stack, comps = private
     settings.REDIS_URL = f"redis://{LOOPBACK}:{stack.ports.redis}/0"
     client.force_login(person("vera", VIEWER, password="correct horse battery"))
-    services.source_health_record(source="store:904", label="store s", started_at=collectors_ticking.last_success_at,
+    source_health_record(source="store:904", label="store s", started_at=collectors_ticking.last_success_at,
                                   duration_ms=5)
     assert client.get(reverse("api_collectors")).json()["healthy"] is True
     stack.stop_component("redis", timeout_s=5)

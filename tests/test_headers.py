@@ -8,6 +8,8 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from dashboard.accounts.roles import VIEWER
+from dashboard.api import views as api_views
+from dashboard.web import views as web_views
 from tests.factories import offline_pipeline, person
 
 pytestmark = pytest.mark.django_db
@@ -69,9 +71,9 @@ def test_every_route_answers_with_no_store_nosniff_same_origin_referrer_and_a_cs
 
 
 def test_the_api_and_metrics_answer_no_store_to_a_token_and_to_nobody(db, client):
-    from dashboard import services
+    from dashboard.accounts.tokens import api_token_issue
 
-    _, token = services.api_token_issue(user=person("prometheus", VIEWER), name="scraper")
+    _, token = api_token_issue(user=person("prometheus", VIEWER), name="scraper")
     for url in (reverse("metrics"), reverse("api_pipelines")):
         response = client.get(url, HTTP_AUTHORIZATION=f"Bearer {token}")
         assert response.status_code == 200 and response["Cache-Control"] == "no-store", url
@@ -99,14 +101,13 @@ def test_the_policy_allows_scripts_only_from_the_site_itself(client):
 def test_the_database_unavailable_page_has_the_policy_and_no_store_too(client, monkeypatch):
     from django.db import OperationalError
 
-    from dashboard import selectors
 
     def away(*args, **kwargs):
         raise OperationalError("connection refused")
 
     client.force_login(person("vera", VIEWER))
-    monkeypatch.setattr(selectors, "pipelines_filtered", away)
-    monkeypatch.setattr(selectors, "store_names", away)
+    monkeypatch.setattr(api_views, "pipelines_filtered", away)
+    monkeypatch.setattr(web_views, "store_names", away)
     page = client.get("/")
     assert page.status_code == 503
     assert "script-src 'self';" in page["Content-Security-Policy"] and page["Cache-Control"] == "no-store"

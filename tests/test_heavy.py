@@ -4,10 +4,9 @@ background-export quota. On the real PostgreSQL and Redis of the test run."""
 from __future__ import annotations
 
 import html
-
-import struct
 import time
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 
 import pytest
 from django.core.signals import request_finished
@@ -15,10 +14,10 @@ from django.db import close_old_connections, connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from dashboard.web import heavy
-from dashboard.charts import render as charts
 from dashboard.charts import cache as chart_cache
+from dashboard.charts import render as charts
 from dashboard.models import ExportJob, LagSample
+from dashboard.web import heavy
 from dashboard.web.params import ChartParams, TimeRange
 from devstack.components import free_port
 from tests.factories import person, pipeline_row, samples_bulk

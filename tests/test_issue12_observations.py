@@ -13,10 +13,10 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from collectors.cycle import poll_store
-from dashboard import services
-from dashboard.models import AuditEvent, Pipeline, Store
+from collectors.cycle import SourceFailed, poll_store
 from dashboard.accounts.roles import VIEWER
+from dashboard.models import AuditEvent, Pipeline, Store
+from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
 from tests.factories import hbase_store_setup, offline_pipeline, person, save
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,11 +31,11 @@ def _viewer_client(name="vera"):
 
 
 def test_obs1_store_credentials_reach_no_viewer_output(unique_name):
-    cluster = services.cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers="127.0.0.1:1")
-    store = services.store_get_or_create(name=unique_name("zk"), kind="zookeeper",
+    cluster = cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers="127.0.0.1:1")
+    store = store_get_or_create(name=unique_name("zk"), kind="zookeeper",
                                          url=f"zk://ops:{SECRET}@127.0.0.1:1/chroot", cluster=cluster)
     pipeline = offline_pipeline(unique_name, store=store, partitions={0: (0, 10)}, batches=[(1_000, {0: 5})])
-    with pytest.raises(Exception):
+    with pytest.raises(SourceFailed):
         poll_store(store.pk, timeout_s=0.5)  # a failing poll: its error text is shown too
     client = _viewer_client()
     for url in ["/", "/collectors/", reverse("pipeline", args=[pipeline.pk]), "/api/v1/collectors",
@@ -155,7 +155,7 @@ def test_obs7_csp_and_no_store():
 
 @pytest.mark.parametrize("url", ["file:///etc", "checkpoint:///", "file:///x/../../etc"])
 def test_obs8_local_store_urls_outside_the_roots_are_refused(unique_name, url):
-    cluster = services.cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers="127.0.0.1:1")
+    cluster = cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers="127.0.0.1:1")
     store = Store(name=unique_name("s"), kind=url.split(":")[0], url=url, cluster=cluster)
     with pytest.raises(ValidationError):
         store.full_clean()

@@ -141,7 +141,7 @@ def test_a_position_deleted_by_retention_has_no_lag_in_seconds_and_says_why(uniq
 
     from django.utils import timezone
 
-    from dashboard import services
+    from dashboard.monitoring.services import watermarks_record
     from streamoffsets.kafka import WatermarkResult
     from streamoffsets.types import Watermarks
     from tests.factories import offline_pipeline
@@ -149,7 +149,7 @@ def test_a_position_deleted_by_retention_has_no_lag_in_seconds_and_says_why(uniq
     now = timezone.now()
     p = offline_pipeline(unique_name, partitions={0: (5, 10)}, batches=[(now_ms() - 5_000, {0: 3})],
                          sampled_at=now - timedelta(seconds=30))
-    services.watermarks_record(cluster=p.store.cluster, sampled_at=now,
+    watermarks_record(cluster=p.store.cluster, sampled_at=now,
                                result=WatermarkResult(by_topic={p.topic: {0: Watermarks(0, 5, 10)}}))
     row = PipelineEvaluation.objects.get(pipeline=p).partitions[0]
     assert row["state"] == "low out-of-range"

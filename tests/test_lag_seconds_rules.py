@@ -1,10 +1,10 @@
 """Lag in seconds without the record (streamoffsets.evaluation.lag_seconds_without_record) and the
-positions whose records are read (dashboard.selectors.record_positions): numbered cases, no I/O."""
+positions whose records are read (dashboard.monitoring.selectors.record_positions): numbered cases, no I/O."""
 from __future__ import annotations
 
 import pytest
 
-from dashboard.selectors import record_positions
+from dashboard.monitoring.selectors import record_positions
 from streamoffsets.evaluation import lag_seconds_without_record
 
 NOW = 1_000.0

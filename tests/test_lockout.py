@@ -17,10 +17,10 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from dashboard.audit.services import audit_verify
 from dashboard.accounts.lockout import LOCKED_OUT, UNLOCKED
-from dashboard.models import AuditEvent
 from dashboard.accounts.roles import VIEWER
+from dashboard.audit.services import audit_verify
+from dashboard.models import AuditEvent
 from tests.factories import person
 
 pytestmark = pytest.mark.django_db

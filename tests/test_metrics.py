@@ -11,11 +11,12 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from dashboard import services
+from dashboard.accounts.roles import VIEWER
+from dashboard.accounts.tokens import api_token_issue
 from dashboard.api import metrics
 from dashboard.models import SourceHealth
-from dashboard.accounts.roles import VIEWER
-from dashboard.selectors import PipelineMetrics
+from dashboard.monitoring.overview import PipelineMetrics
+from dashboard.monitoring.services import source_health_record
 from tests.factories import offline_pipeline, person
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
@@ -171,7 +172,7 @@ def test_8_scrapes_need_a_token_or_a_viewer_session(client, unique_name):
     assert client.get(reverse("metrics")).status_code == 403
     client.logout()
 
-    _, token = services.api_token_issue(user=person("prometheus", VIEWER), name="scraper")
+    _, token = api_token_issue(user=person("prometheus", VIEWER), name="scraper")
     response = client.get(reverse("metrics"), HTTP_AUTHORIZATION=f"Bearer {token}")
     assert response.status_code == 200 and response["Content-Type"] == metrics.CONTENT_TYPE
     _, samples = parse(response.content.decode())
@@ -188,7 +189,7 @@ def test_9_the_settings_shape_the_scrape(client, settings, unique_name):
     kept = offline_pipeline(unique_name, group="billing", partitions={0: (0, 10), 1: (0, 5)},
                             batches=[(1_700_000_000_000, {0: 4, 1: 5})])
     dropped = offline_pipeline(unique_name, group="scratch", partitions={0: (0, 3)}, batches=[(1_700_000_000_000, {0: 1})])
-    services.source_health_record(source=f"store:{kept.store_id}", label="store x", started_at=timezone.now(),
+    source_health_record(source=f"store:{kept.store_id}", label="store x", started_at=timezone.now(),
                                   duration_ms=5)
     settings.METRICS_INCLUDE = [f"{kept.store.name}/*", f"{dropped.store.name}/*"]
     settings.METRICS_EXCLUDE = ["*/scratch"]

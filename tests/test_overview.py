@@ -8,10 +8,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from dashboard import services
-from offsetwatch.lib import sparkline
-from dashboard.models import PipelineEvaluation
 from dashboard.accounts.roles import VIEWER
+from dashboard.models import PipelineEvaluation
+from dashboard.monitoring.services import source_health_record, store_reading_record, watermarks_record
+from offsetwatch.lib import sparkline
 from tests.factories import offline_pipeline, person
 
 pytestmark = pytest.mark.django_db
@@ -106,7 +106,7 @@ def test_the_sparkline_follows_lag_minute_by_minute(erin, unique_name):
     p = offline_pipeline(unique_name, partitions={0: (0, 100)}, batches=[(int(start.timestamp() * 1000), {0: 90})],
                          sampled_at=start)
     for minute, high in ((1, 150), (2, 400), (3, 160)):
-        services.watermarks_record(cluster=p.store.cluster, sampled_at=start + timedelta(minutes=minute), result=_marks(p.topic, high))
+        watermarks_record(cluster=p.store.cluster, sampled_at=start + timedelta(minutes=minute), result=_marks(p.topic, high))
     points = PipelineEvaluation.objects.get(pipeline=p).sparkline
     assert [v for _, v in points] == [10, 60, 310, 70]  # high - 90 at each minute
     html = erin.get(reverse("overview")).content.decode()
@@ -123,9 +123,9 @@ def _marks(topic, high):
 def test_banner_when_a_source_fails_or_its_data_is_stale(erin, unique_name):
     p = offline_pipeline(unique_name, partitions={0: (0, 5)}, batches=[(1_700_000_000_000, {0: 5})])
     long_ago = timezone.now() - timedelta(hours=2)
-    services.source_health_record(source=f"cluster:{p.store.cluster_id}", label=f"cluster {p.store.cluster.name}",
+    source_health_record(source=f"cluster:{p.store.cluster_id}", label=f"cluster {p.store.cluster.name}",
                                   started_at=long_ago, duration_ms=5, warning="")
-    services.source_health_record(source=f"store:{p.store_id}", label=f"store {p.store.name}",
+    source_health_record(source=f"store:{p.store_id}", label=f"store {p.store.name}",
                                   started_at=timezone.now(), duration_ms=5, error="connection refused")
     html = erin.get(reverse("overview")).content.decode()
     assert re.search(rf'class="banner stale">cluster {re.escape(p.store.cluster.name)}: no successful poll for 2 h', html)
@@ -145,14 +145,14 @@ def test_hostile_names_are_escaped(erin, unique_name):
 
 def test_a_pipeline_not_evaluated_yet_is_listed_as_unknown(erin, unique_name):
     """Discovered by a store poll, no watermark poll yet: no evaluation row."""
-    from streamoffsets.stores.reading import StoreReading
     from dashboard.models import Cluster, Store
+    from streamoffsets.stores.reading import StoreReading
     from streamoffsets.types import BatchOffsets, PipelineKey
 
     cluster = Cluster.objects.create(name=unique_name("c"), bootstrap_servers="127.0.0.1:1")
     store = Store.objects.create(name=unique_name("s"), kind="hbase", url="hbase://127.0.0.1:1/t", cluster=cluster)
     key = PipelineKey(unique_name("fresh"), "etl")
-    services.store_reading_record(store=store, reading=StoreReading(
+    store_reading_record(store=store, reading=StoreReading(
         pipelines=[key], batches={key: [BatchOffsets(key.topic, "etl", 1_700_000_000_000, {0: 1})]}))
     response = erin.get(reverse("overview"))
     assert response.status_code == 200

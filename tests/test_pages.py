@@ -8,8 +8,8 @@ import pytest
 from django.urls import reverse
 
 from collectors.cycle import collect_once
-from dashboard.models import Pipeline
 from dashboard.accounts.roles import VIEWER
+from dashboard.models import Pipeline
 from tests.factories import hbase_store_setup, person, save
 
 pytestmark = pytest.mark.django_db

@@ -11,9 +11,9 @@ from django.urls import reverse
 from kazoo.client import KazooClient
 
 from collectors.cycle import collect_once
-from dashboard import services
-from dashboard.models import Incident, Pipeline, PipelineEvaluation
 from dashboard.accounts.roles import VIEWER
+from dashboard.models import Incident, Pipeline, PipelineEvaluation
+from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
 from reference_job.producer import ensure_topic, produce
 from streamoffsets.evaluation import Status
 from tests.factories import person
@@ -27,8 +27,8 @@ def test_stuck_partitions_are_stalled_then_stopped_while_the_control_partition_a
     topic, group = unique_name("orders"), unique_name("spout")
     ensure_topic(stack.kafka_bootstrap, topic, 4)
     produce(stack.kafka_bootstrap, topic, 4, 400)  # 100 per partition: every partition lags throughout
-    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
-    services.store_get_or_create(name=unique_name("zk"), kind="zookeeper", url=f"zk://{stack.zookeeper_hosts}",
+    cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store_get_or_create(name=unique_name("zk"), kind="zookeeper", url=f"zk://{stack.zookeeper_hosts}",
                                  cluster=cluster)
     client.force_login(person("dana", VIEWER))
     zk = KazooClient(hosts=stack.zookeeper_hosts, timeout=5)
@@ -125,8 +125,8 @@ def test_stuck_partitions_are_stalled_then_stopped_while_the_control_partition_a
 
 def test_zookeeper_readings_carry_each_partition_nodes_write_time(stack, unique_name):
     """The per-partition write times the STOPPED rule needs: each znode's mtime, outside equality."""
-    from streamoffsets.types import BatchOffsets
     from streamoffsets.stores.zookeeper import ZooKeeperOffsetStore
+    from streamoffsets.types import BatchOffsets
 
     topic, group = unique_name("orders"), unique_name("spout")
     zk = KazooClient(hosts=stack.zookeeper_hosts, timeout=5)

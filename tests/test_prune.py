@@ -6,8 +6,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from django.core.management import call_command
 
-from dashboard import services
 from dashboard.models import Batch, LagSample, Pipeline, Store, WatermarkSample
+from dashboard.monitoring.pruning import history_prune
+from dashboard.monitoring.services import cluster_get_or_create
 from offsetwatch.lib.packing import pack
 
 pytestmark = pytest.mark.django_db
@@ -17,7 +18,7 @@ NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 
 @pytest.fixture
 def pipeline():
-    cluster = services.cluster_get_or_create(name="c", bootstrap_servers="b:9092")
+    cluster = cluster_get_or_create(name="c", bootstrap_servers="b:9092")
     store = Store.objects.create(name="s", kind="hbase", url="hbase://h:9090/t", cluster=cluster)
     return Pipeline.objects.create(store=store, topic="orders", group="etl")
 
@@ -38,7 +39,7 @@ def test_prune_keeps_each_age_band_at_its_resolution(pipeline):
     Batch.objects.create(pipeline=pipeline, batch_time_ms=int((NOW - timedelta(days=31)).timestamp() * 1000), offsets={})
     Batch.objects.create(pipeline=pipeline, batch_time_ms=int((NOW - timedelta(days=1)).timestamp() * 1000), offsets={})
 
-    counts = services.history_prune(now=NOW)
+    counts = history_prune(now=NOW)
 
     for model in (WatermarkSample, LagSample):
         assert model.objects.filter(sampled_at__gte=NOW - timedelta(days=1)).count() == 360
@@ -51,7 +52,7 @@ def test_prune_keeps_each_age_band_at_its_resolution(pipeline):
                 .values_list("total_lag", flat=True))
     assert kept == [0, 0, 6, 12, 18, 24]
     assert Batch.objects.count() == 1 and counts["Batch expired"] == 1
-    assert services.history_prune(now=NOW)["LagSample to per-minute"] == 0  # idempotent
+    assert history_prune(now=NOW)["LagSample to per-minute"] == 0  # idempotent
 
 
 def test_prune_command_reports_what_it_deleted(pipeline, capsys, settings):

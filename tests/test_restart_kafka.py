@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from reference_job.producer import ensure_topic, produce
 from streamoffsets.kafka import KafkaWatermarkReader
 from streamoffsets.restart import StartRefused, restart
-from streamoffsets.stores.base import open_store
+from streamoffsets.stores.registry import open_store
 from streamoffsets.types import BatchOffsets
 
 FULL_KAFKA = os.environ.get("KAFKA_BOOTSTRAP", "")

@@ -21,22 +21,23 @@ import pytest
 from django.db import connections
 
 from collectors.cycle import collect_once, poll_store
-from dashboard import services
+from dashboard.accounts.roles import APPROVER, OPERATOR
+from dashboard.accounts.tokens import pipeline_token_issue
 from dashboard.audit.services import audit_verify
 from dashboard.models import AuditEvent, Pipeline, RewindRequest
+from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
 from dashboard.rewinds.services import rewind_decide, rewind_request
-from dashboard.accounts.roles import APPROVER, OPERATOR
 from reference_job.job import JobConfig, ReferenceJob
 from reference_job.output import OutputSink
 from reference_job.producer import ensure_topic, produce
-from streamoffsets.stores.checkpoint import ASIDE_MARK, START_FILE, CheckpointStore
 from streamoffsets.dashboard_client import DashboardClient
 from streamoffsets.kafka import KafkaWatermarkReader
-from streamoffsets.stores.offsetfile import OffsetFileStore
 from streamoffsets.restart import StartRefused, restart
-from streamoffsets.stores.base import open_store
+from streamoffsets.stores.checkpoint import ASIDE_MARK, START_FILE, CheckpointStore
+from streamoffsets.stores.offsetfile import OffsetFileStore
+from streamoffsets.stores.registry import open_store
 from streamoffsets.types import BatchOffsets, Watermarks
-from tests.factories import approved_replay, offline_pipeline, person, writable_store_url
+from tests.factories import approved_replay, person, writable_store_url
 
 STORE_KINDS = ["hbase", "zookeeper", "kafka", "file"]
 # Stores that keep only their current offsets: the collectors' samples are their history, so
@@ -85,7 +86,7 @@ def test_an_approved_rewind_is_applied_by_the_restarted_job_and_verified(
     topic = unique_name("replay")
     ensure_topic(stack.kafka_bootstrap, topic, PARTITIONS)
     produce(stack.kafka_bootstrap, topic, PARTITIONS, RECORDS)
-    cluster = services.cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers=stack.kafka_bootstrap)
+    cluster = cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers=stack.kafka_bootstrap)
     if kind == "checkpoint":
         root = tmp_path / "checkpoints"
         group, url = unique_name("job"), f"checkpoint://{root}"  # the group is the checkpoint's name
@@ -93,7 +94,7 @@ def test_an_approved_rewind_is_applied_by_the_restarted_job_and_verified(
     else:
         group, url = unique_name("job"), writable_store_url(kind, stack, tmp_path, unique_name)
         job_store = {"store_url": url}
-    store = services.store_get_or_create(name=unique_name(kind), kind=kind, url=url, cluster=cluster)
+    store = store_get_or_create(name=unique_name(kind), kind=kind, url=url, cluster=cluster)
     output = tmp_path / "out.sqlite3"
     base = dict(bootstrap=stack.kafka_bootstrap, topic=topic, group=group, output_path=output, trigger_seconds=0.5,
                 max_offsets_per_partition=PER_BATCH, idempotent_output=False, **job_store)  # append: count re-writes
@@ -113,7 +114,7 @@ def test_an_approved_rewind_is_applied_by_the_restarted_job_and_verified(
     rewind = rewind_request(pipeline=pipeline, user=olga, kind="batch", spec={"batch_time_ms": k.batch_time_ms},
                             reason="bad deploy between batches 2 and 4: replay them")
     rewind = rewind_decide(rewind=rewind, user=amir, approve=True, comment="ok")
-    token = services.pipeline_token_issue(pipeline=pipeline, name="job")[1]
+    token = pipeline_token_issue(pipeline=pipeline, name="job")[1]
 
     # Sampled per batch again: a sample equal to the previous one records nothing, and the
     # replay ends where the first run did ({20, 20}), so a poll only after the replay would

@@ -19,16 +19,16 @@ from django.db import connection
 from django.utils import timezone
 
 from collectors.cycle import collect_once
-from dashboard import services
+from dashboard.accounts.roles import APPROVER, OPERATOR
+from dashboard.accounts.tokens import pipeline_token_issue
 from dashboard.audit.services import audit_verify
 from dashboard.models import AuditEvent, RewindRequest
+from dashboard.monitoring.services import store_reading_record
 from dashboard.rewinds.services import rewind_decide, rewind_request
-from dashboard.accounts.roles import APPROVER, OPERATOR
-from reference_job.producer import ensure_topic, produce
 from streamoffsets.dashboard_client import DashboardClient, DashboardError
 from streamoffsets.kafka import KafkaWatermarkReader
-from streamoffsets.stores.offsetfile import OffsetFileStore
 from streamoffsets.restart import StartRefused, restart
+from streamoffsets.stores.offsetfile import OffsetFileStore
 from streamoffsets.types import BatchOffsets
 from tests.factories import approved_replay, offline_pipeline, person
 
@@ -171,7 +171,7 @@ def claimed(unique_name):
     olga, amir = person("olga", OPERATOR), person("amir", APPROVER)
     r = rewind_request(pipeline=p, user=olga, kind="batch", spec={"batch_time_ms": T0 + 10_000}, reason="bad deploy")
     r = rewind_decide(rewind=r, user=amir, approve=True)
-    job = Client(HTTP_AUTHORIZATION=f"Bearer {services.pipeline_token_issue(pipeline=p, name='job')[1]}")
+    job = Client(HTTP_AUTHORIZATION=f"Bearer {pipeline_token_issue(pipeline=p, name='job')[1]}")
 
     def post(action, instance, **body):
         return job.post(f"/api/v1/rewinds/{r.pk}/{action}", {"instance": instance, **body},
@@ -250,7 +250,7 @@ def record(pipeline, ms, offsets):
     from streamoffsets.types import PipelineKey
 
     key = PipelineKey(pipeline.topic, pipeline.group)
-    services.store_reading_record(store=pipeline.store, reading=StoreReading(
+    store_reading_record(store=pipeline.store, reading=StoreReading(
         pipelines=[key], batches={key: [BatchOffsets(pipeline.topic, pipeline.group, ms, offsets)]}))
 
 

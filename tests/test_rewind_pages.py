@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
 from dashboard.models import RewindRequest
 from dashboard.rewinds.services import rewind_decide, rewind_request
-from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
 from tests.factories import offline_pipeline, person
 
 pytestmark = pytest.mark.django_db

@@ -10,14 +10,21 @@ from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
-from streamoffsets.stores.reading import StoreReading
-from dashboard import services
+from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
+from dashboard.accounts.tokens import pipeline_token_issue, pipeline_token_revoke
 from dashboard.audit.services import audit_verify
 from dashboard.models import AuditEvent, RewindRequest
+from dashboard.monitoring.services import store_reading_record, watermarks_record
 from dashboard.rewinds.services import (
-    RewindRefused, rewind_cancel, rewind_decide, rewind_request, rewind_write_to_store, rewinds_expire, rewinds_verify,
+    RewindRefused,
+    rewind_cancel,
+    rewind_decide,
+    rewind_request,
+    rewind_write_to_store,
+    rewinds_expire,
+    rewinds_verify,
 )
-from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
+from streamoffsets.stores.reading import StoreReading
 from streamoffsets.types import BatchOffsets, PipelineKey
 from tests.factories import offline_pipeline, person
 
@@ -50,7 +57,7 @@ def request(pipeline, user, **kw):
 
 def record_batch(pipeline, ms, offsets):
     key = PipelineKey(pipeline.topic, pipeline.group)
-    services.store_reading_record(store=pipeline.store, reading=StoreReading(
+    store_reading_record(store=pipeline.store, reading=StoreReading(
         pipelines=[key], batches={key: [BatchOffsets(pipeline.topic, pipeline.group, ms, offsets)]}))
 
 
@@ -112,7 +119,7 @@ def test_a_target_that_became_invalid_cannot_be_approved(payments, actors):
     from streamoffsets.kafka import WatermarkResult
     from streamoffsets.types import Watermarks
 
-    services.watermarks_record(cluster=payments.store.cluster, sampled_at=timezone.now(), result=WatermarkResult(
+    watermarks_record(cluster=payments.store.cluster, sampled_at=timezone.now(), result=WatermarkResult(
         by_topic={payments.topic: {0: Watermarks(0, 40, 120), 1: Watermarks(1, 0, 90)}}))
     with pytest.raises(RewindRefused, match="no longer valid: partition 0: target 30 is below the low watermark 40"):
         rewind_decide(rewind=r, user=actors["amir"], approve=True)
@@ -138,7 +145,7 @@ def test_requests_and_approvals_expire(payments, actors, settings):
 
 
 def job_client(pipeline):
-    token = services.pipeline_token_issue(pipeline=pipeline, name="job")[1]
+    token = pipeline_token_issue(pipeline=pipeline, name="job")[1]
     return Client(HTTP_AUTHORIZATION=f"Bearer {token}")
 
 
@@ -195,8 +202,8 @@ def test_forged_revoked_and_foreign_tokens_are_refused(payments, actors, unique_
     r = approved(payments, actors)
     forged = Client(HTTP_AUTHORIZATION="Bearer owp_not-a-real-token")
     assert forged.get("/api/v1/rewinds/pending").status_code == 401
-    token_row, plain = services.pipeline_token_issue(pipeline=payments, name="old")
-    services.pipeline_token_revoke(token=token_row)
+    token_row, plain = pipeline_token_issue(pipeline=payments, name="old")
+    pipeline_token_revoke(token=token_row)
     revoked = Client(HTTP_AUTHORIZATION=f"Bearer {plain}")
     assert revoked.post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "x"}, content_type="application/json").status_code == 401
     other = offline_pipeline(unique_name, partitions={0: (0, 5)}, batches=[(T0, {0: 1})])
@@ -233,7 +240,7 @@ def test_many_simultaneous_claims_one_winner(unique_name):
     p = offline_pipeline(unique_name, partitions={0: (0, 100)}, batches=[(T0, {0: 10}), (T0 + 10_000, {0: 50})])
     r = rewind_decide(rewind=rewind_request(pipeline=p, user=olga, kind="earliest", spec={}, reason="replay"),
                       user=amir, approve=True)
-    token = services.pipeline_token_issue(pipeline=p, name="job")[1]
+    token = pipeline_token_issue(pipeline=p, name="job")[1]
     results, barrier = [], threading.Barrier(12)
 
     def claim(i: int) -> None:
@@ -363,7 +370,7 @@ def test_a_store_without_history_keeps_the_sample_that_verifies_even_if_unchange
              content_type="application/json")
     key = PipelineKey(p.topic, p.group)
     # The replay ran between two polls and ended at 50 again: the same offsets as the last sample.
-    services.store_reading_record(store=p.store, reading=StoreReading(
+    store_reading_record(store=p.store, reading=StoreReading(
         pipelines=[key], keeps_history=False, batches={key: [BatchOffsets(p.topic, p.group, T0 + 30_000, {0: 50})]}))
     assert p.batches.filter(batch_time_ms=T0 + 30_000).exists()
     rewinds_verify(pipeline_ids=[p.pk])
@@ -373,9 +380,9 @@ def test_a_store_without_history_keeps_the_sample_that_verifies_even_if_unchange
     # only the time it was read at (a store that keeps no write time; a newer write time with
     # the same offsets is a batch written again, issue #13).
     count = p.batches.count()
-    services.store_reading_record(store=p.store, reading=StoreReading(
+    store_reading_record(store=p.store, reading=StoreReading(
         pipelines=[key], keeps_history=False, batches={key: [BatchOffsets(p.topic, p.group, T0 + 30_000, {0: 50})]}))
-    services.store_reading_record(store=p.store, reading=StoreReading(
+    store_reading_record(store=p.store, reading=StoreReading(
         pipelines=[key], keeps_history=False,
         batches={key: [BatchOffsets(p.topic, p.group, T0 + 40_000, {0: 50}, time_observed=True)]}))
     assert not p.batches.filter(batch_time_ms=T0 + 40_000).exists() and p.batches.count() == count

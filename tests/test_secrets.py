@@ -19,14 +19,14 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 
 from collectors import cycle
-from dashboard import services
+from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
+from dashboard.accounts.tokens import api_token_issue, pipeline_token_issue
+from dashboard.models import Cluster, Incident, PipelineEvaluation, SourceHealth, Store
 from dashboard.notifications import services as notify
 from dashboard.rewinds import services as rewinds
-from dashboard.models import Cluster, Incident, PipelineEvaluation, SourceHealth, Store
-from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
 from devstack.components import free_port
 from reference_job.producer import ensure_topic, produce
-from streamoffsets.stores.base import open_store
+from streamoffsets.stores.registry import open_store
 from streamoffsets.types import BatchOffsets
 from tests.factories import person
 
@@ -91,8 +91,8 @@ def world(stack, unique_name, settings, db):
     rewind = rewinds.rewind_request(pipeline=pipeline, user=person("olga", OPERATOR), kind="shift",
                                     spec={"shift": -2}, reason="replay")
     rewind = rewinds.rewind_decide(rewind=rewind, user=person("amir", APPROVER), approve=True)
-    token = services.pipeline_token_issue(pipeline=pipeline, name="job")[1]
-    api_token = services.api_token_issue(user=person("prom", VIEWER), name="prometheus")[1]
+    token = pipeline_token_issue(pipeline=pipeline, name="job")[1]
+    api_token = api_token_issue(user=person("prom", VIEWER), name="prometheus")[1]
     return {"store": store, "kafka_store": kafka_store, "cluster": cluster, "pipeline": pipeline, "rewind": rewind,
             "token": token, "api_token": api_token, "zk_url": zk_url}
 

@@ -22,10 +22,10 @@ from django.http import JsonResponse
 from django.test import Client, RequestFactory
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from dashboard import services
+from dashboard.accounts.roles import OPERATOR, VIEWER
+from dashboard.accounts.tokens import api_token_issue, pipeline_token_issue
 from dashboard.admin import ReadOnlyAuditedAdmin
 from dashboard.api.views import api_view
-from dashboard.accounts.roles import OPERATOR, VIEWER
 from tests.factories import ACTORS, STAFF_PERMISSIONS, offline_pipeline, person, security_world
 
 pytestmark = pytest.mark.django_db
@@ -405,7 +405,7 @@ def test_the_csrf_token_lets_the_same_request_through(world):
 
 def test_start_reports_need_no_csrf_token_with_a_pipeline_token(unique_name):
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 10)}, batches=[(1_700_000_000_000, {0: 4})])
-    _, plain = services.pipeline_token_issue(pipeline=pipeline, name="job")
+    _, plain = pipeline_token_issue(pipeline=pipeline, name="job")
     job = Client(enforce_csrf_checks=True)
     report = {"topic": pipeline.topic, "group": pipeline.group, "offsets": {"0": 4}}
     response = job.post(reverse("api_start_report"), report, content_type="application/json",
@@ -440,8 +440,8 @@ def test_api_posts_by_session_need_the_csrf_token(request_rewind):
 def test_api_posts_by_token_need_no_csrf_token_but_the_role(request_rewind):
     bob, alice, dave = person("bob_operator", OPERATOR), person("alice_viewer", VIEWER), person("dave_norole")
     rf = RequestFactory()
-    _, bob_token = services.api_token_issue(user=bob, name="automation")
-    _, alice_token = services.api_token_issue(user=alice, name="grafana")
+    _, bob_token = api_token_issue(user=bob, name="automation")
+    _, alice_token = api_token_issue(user=alice, name="grafana")
     request = rf.post("/api/v1/rewinds", {}, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {bob_token}")
     request.user = dave  # whatever the session says, the token decides
     response = request_rewind(request)

@@ -9,9 +9,9 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from dashboard import services
-from dashboard.models import Pipeline, PipelineToken, StartReport
 from dashboard.accounts.roles import VIEWER
+from dashboard.accounts.tokens import pipeline_token_revoke
+from dashboard.models import Pipeline, PipelineToken, StartReport
 from devstack.components import free_port
 from reference_job.job import JobConfig, ReferenceJob
 from streamoffsets.dashboard_client import DashboardClient, DashboardError, report_start_quietly
@@ -57,7 +57,7 @@ def test_bad_tokens_are_refused_with_a_json_message(live_server, pipeline_with_t
     s, pipeline, plain = pipeline_with_token
     plan = resolve_start(s.topic, None, {0: Watermarks(0, 0, 5)}, group="etl")
     if case == "revoked":
-        services.pipeline_token_revoke(token=PipelineToken.objects.get(pipeline=pipeline))
+        pipeline_token_revoke(token=PipelineToken.objects.get(pipeline=pipeline))
     token = {"unknown": "owp_" + "x" * 43, "revoked": plain, "missing": ""}[case]
     with pytest.raises(DashboardError) as err:
         DashboardClient(live_server.url, token).report_start(plan)

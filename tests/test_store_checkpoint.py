@@ -13,9 +13,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from streamoffsets.stores.checkpoint import CheckpointStore
 from streamoffsets.errors import MalformedRecord, ReadOnlyStore, StoreUnreachable
-from streamoffsets.stores.base import OffsetStore, open_store
+from streamoffsets.stores.base import OffsetStore
+from streamoffsets.stores.checkpoint import CheckpointStore
+from streamoffsets.stores.registry import open_store
 from streamoffsets.types import BatchOffsets, PipelineKey
 
 T0 = 1_700_000_000_000

@@ -110,17 +110,17 @@ def test_snapshot_stores_keep_offsets_dated_in_the_future_or_the_past(stack, uni
     """An offset file's batch time is the writer's clock (as is a Kafka group's commit metadata,
     which Tansu does not keep): a wrong clock there must neither lose offsets nor become the
     position of a store that holds only the current offsets."""
-    from dashboard import services
+    from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
     from reference_job.producer import ensure_topic, produce
-    from streamoffsets.stores.base import open_store
+    from streamoffsets.stores.registry import open_store
     from streamoffsets.types import BatchOffsets
 
     topic, group = unique_name("orders"), unique_name("job")
     ensure_topic(stack.kafka_bootstrap, topic, 1)
     produce(stack.kafka_bootstrap, topic, 1, 30)
-    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
     url = f"file://{tmp_path}"
-    store = services.store_get_or_create(name=unique_name("s"), kind="file", url=url, cluster=cluster)
+    store = store_get_or_create(name=unique_name("s"), kind="file", url=url, cluster=cluster)
     with open_store(url) as writer:
         writer.save_batch(BatchOffsets(topic, group, YEAR_2100_MS, {0: 5}))
         before = now_ms()

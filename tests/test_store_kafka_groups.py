@@ -10,7 +10,7 @@ from devstack.components import free_port
 from reference_job.producer import ensure_topic, produce
 from streamoffsets.errors import StoreUnreachable
 from streamoffsets.stores.kafka_groups import KafkaGroupOffsetStore
-from streamoffsets.stores.base import open_store
+from streamoffsets.stores.registry import open_store
 from streamoffsets.types import BatchOffsets, PipelineKey
 
 

@@ -17,10 +17,10 @@ from django.db import connection
 from kazoo.client import KazooClient
 
 from collectors.cycle import collect_once
-from streamoffsets.stores.reading import StoreReading
-from dashboard import services
-from dashboard.monitoring import storable
 from dashboard.models import Pipeline, SourceHealth, StoreProblem
+from dashboard.monitoring import storable
+from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create, store_reading_record
+from streamoffsets.stores.reading import StoreReading
 from streamoffsets.types import BatchOffsets, PipelineKey
 from tests.factories import hbase_store_setup, save
 
@@ -100,8 +100,8 @@ def test_long_names_and_huge_numbers_in_hbase_cost_their_row_only(stack, unique_
 def test_numbers_beyond_bigint_from_any_store_are_named_problems(unique_name):
     """Stores check their numbers as they read; the service checks them again before writing,
     whatever store (or future store) gave them."""
-    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers="127.0.0.1:1")
-    store = services.store_get_or_create(name=unique_name("s"), kind="zookeeper", url="zk://127.0.0.1:1",
+    cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers="127.0.0.1:1")
+    store = store_get_or_create(name=unique_name("s"), kind="zookeeper", url="zk://127.0.0.1:1",
                                          cluster=cluster)
     t = now_ms()
     good, bad_offset, bad_time, bad_id, bad_name = (PipelineKey("orders", g) for g in (
@@ -119,7 +119,7 @@ def test_numbers_beyond_bigint_from_any_store_are_named_problems(unique_name):
         },
         more={bad_name},
     )
-    assert services.store_reading_record(store=store, reading=reading, now_ms=t) == 3
+    assert store_reading_record(store=store, reading=reading, now_ms=t) == 3
 
     etl = Pipeline.objects.get(store=store, group="etl")
     # The second batch's record count (2 * (2^63 - 1)) is past bigint: unknown, not an error.
@@ -145,8 +145,8 @@ def test_a_huge_group_name_in_zookeeper_costs_its_pipeline_only(stack, unique_na
     try:
         raw.create(f"{root}/consumers/etl/offsets/orders/0", b"5", makepath=True)
         raw.create(f"{root}/consumers/{'g' * 10_000}/offsets/orders/0", b"6", makepath=True)
-        cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
-        store = services.store_get_or_create(name=unique_name("s"), kind="zookeeper",
+        cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+        store = store_get_or_create(name=unique_name("s"), kind="zookeeper",
                                              url=f"zk://{stack.zookeeper_hosts}{root}", cluster=cluster)
         assert collect_once().errors == []
     finally:

@@ -8,8 +8,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from streamoffsets.errors import MalformedRecord, StoreUnreachable
+from streamoffsets.stores.base import OffsetStore
 from streamoffsets.stores.offsetfile import OffsetFileStore, format_file
-from streamoffsets.stores.base import OffsetStore, open_store
+from streamoffsets.stores.registry import open_store
 from streamoffsets.types import BatchOffsets, PipelineKey
 
 T0 = 1_700_000_000_000

@@ -11,9 +11,10 @@ from kazoo.security import make_acl
 
 from devstack.components import free_port
 from streamoffsets.errors import MalformedRecord, OffsetStoreError, StoreUnreachable
-from streamoffsets.stores.base import OffsetStore, open_store
-from streamoffsets.types import BatchOffsets, PipelineKey
+from streamoffsets.stores.base import OffsetStore
+from streamoffsets.stores.registry import open_store
 from streamoffsets.stores.zookeeper import ZooKeeperOffsetStore
+from streamoffsets.types import BatchOffsets, PipelineKey
 
 
 def now_ms() -> int:

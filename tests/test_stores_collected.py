@@ -6,11 +6,11 @@ import pytest
 from django.urls import reverse
 
 from collectors.cycle import collect_once
-from dashboard import services
-from dashboard.models import Pipeline, PipelineEvaluation
 from dashboard.accounts.roles import VIEWER
+from dashboard.models import Pipeline, PipelineEvaluation
+from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
 from reference_job.producer import ensure_topic, produce
-from streamoffsets.stores.base import open_store
+from streamoffsets.stores.registry import open_store
 from streamoffsets.types import BatchOffsets
 from tests.factories import person, writable_store_url
 
@@ -22,9 +22,9 @@ def test_each_writable_store_reaches_the_pipeline_page(client, stack, tmp_path, 
     topic, group = unique_name("orders"), unique_name("job")
     ensure_topic(stack.kafka_bootstrap, topic, 2)
     produce(stack.kafka_bootstrap, topic, 2, 20)
-    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
     url = writable_store_url(kind, stack, tmp_path, unique_name)
-    store = services.store_get_or_create(name=unique_name("s"), kind=kind, url=url, cluster=cluster)
+    store = store_get_or_create(name=unique_name("s"), kind=kind, url=url, cluster=cluster)
     with open_store(url) as writer:
         if hasattr(writer, "ensure_table"):
             writer.ensure_table()
@@ -63,8 +63,8 @@ def test_a_checkpoint_shows_planned_batches_until_spark_commits_them(client, sta
     root = tmp_path / "ckpt" / "orders-enricher"
     write_checkpoint_batch(root, 0, topic, {0: 4}, 1_700_000_000_000, committed=True)
     write_checkpoint_batch(root, 1, topic, {0: 7}, 1_700_000_001_000, committed=False)
-    cluster = services.cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
-    store = services.store_get_or_create(
+    cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
+    store = store_get_or_create(
         name=unique_name("s"), kind="checkpoint", url=f"checkpoint://{tmp_path / 'ckpt'}", cluster=cluster
     )
     assert collect_once().errors == []

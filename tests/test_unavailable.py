@@ -6,8 +6,10 @@ import pytest
 from django.db import InterfaceError, OperationalError
 from django.test import Client
 
-from dashboard import selectors, services
+from dashboard.accounts import tokens
 from dashboard.accounts.roles import VIEWER
+from dashboard.api import views as api_views
+from dashboard.web import views as web_views
 from tests.factories import person
 
 pytestmark = pytest.mark.django_db
@@ -26,7 +28,7 @@ def vera():
 
 @pytest.mark.parametrize("error", [OperationalError, InterfaceError])
 def test_an_api_token_request_is_a_json_503_naming_the_cause(client, vera, monkeypatch, error):
-    monkeypatch.setattr(services, "api_token_user", lambda **kw: (_ for _ in ()).throw(error(REFUSED)))
+    monkeypatch.setattr(tokens, "api_token_user", lambda **kw: (_ for _ in ()).throw(error(REFUSED)))
     response = client.get("/api/v1/pipelines", HTTP_AUTHORIZATION="Bearer owu_anything")
     assert response.status_code == 503 and response["Content-Type"] == "application/json"
     assert response.json() == {"error": 'database unavailable: connection failed: connection to server at '
@@ -36,8 +38,8 @@ def test_an_api_token_request_is_a_json_503_naming_the_cause(client, vera, monke
 
 def test_a_session_request_to_the_api_and_a_page_are_503s(client, vera, monkeypatch):
     client.force_login(vera)
-    monkeypatch.setattr(selectors, "pipelines_filtered", away)
-    monkeypatch.setattr(selectors, "store_names", away)
+    monkeypatch.setattr(api_views, "pipelines_filtered", away)
+    monkeypatch.setattr(web_views, "store_names", away)
     api = client.get("/api/v1/pipelines")
     assert api.status_code == 503 and api.json()["error"].startswith("database unavailable: connection failed")
     page = client.get("/")
@@ -48,8 +50,8 @@ def test_a_session_request_to_the_api_and_a_page_are_503s(client, vera, monkeypa
 def test_other_api_failures_stay_json_and_pages_keep_their_500(vera, monkeypatch):
     client = Client(raise_request_exception=False)
     client.force_login(vera)
-    monkeypatch.setattr(selectors, "pipelines_filtered", lambda **kw: 1 / 0)
-    monkeypatch.setattr(selectors, "store_names", lambda: 1 / 0)
+    monkeypatch.setattr(api_views, "pipelines_filtered", lambda **kw: 1 / 0)
+    monkeypatch.setattr(web_views, "store_names", lambda: 1 / 0)
     api = client.get("/api/v1/pipelines")
     assert api.status_code == 500 and api.json() == {"error": "internal server error (the server log has the details)"}
     assert client.get("/").status_code == 500

@@ -4,8 +4,8 @@ a 400 naming the parameter or the field's path, and every /api/ error is JSON.""
 from __future__ import annotations
 
 import json
-from urllib.parse import urlencode
 from datetime import datetime, timedelta, timezone
+from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -13,11 +13,11 @@ from django.http import QueryDict
 from django.test import Client
 from django.urls import reverse
 
-from dashboard import services
-from dashboard.web import params
+from dashboard.accounts.roles import VIEWER
+from dashboard.accounts.tokens import pipeline_token_issue
 from dashboard.api import payloads
 from dashboard.models import StartReport
-from dashboard.accounts.roles import VIEWER
+from dashboard.web import params
 from tests.factories import offline_pipeline, person
 
 UTC = timezone.utc
@@ -283,7 +283,7 @@ def test_an_anonymous_api_error_outside_v1_is_json_too(db):
 
 @pytest.fixture
 def job(world):
-    token = services.pipeline_token_issue(pipeline=world, name="job")[1]
+    token = pipeline_token_issue(pipeline=world, name="job")[1]
     return Client(HTTP_AUTHORIZATION=f"Bearer {token}")
 
 

@@ -56,11 +56,11 @@ def test_notification_texts_show_names_the_payload_keeps_them_raw():
 
 @pytest.mark.django_db
 def test_pages_show_the_escape_and_machines_get_the_raw_name(client):
-    from dashboard.audit.services import audit_append
     from dashboard.accounts.roles import VIEWER
+    from dashboard.audit.services import audit_append
     from tests.factories import person, pipeline_row
 
-    pipeline = pipeline_row("vis", group=HOSTILE_GROUP, store_name=f"store\u200bz")
+    pipeline = pipeline_row("vis", group=HOSTILE_GROUP, store_name="store\u200bz")
     audit_append(actor=f"eve{RLO}", action="pipeline.declared", subject=f"pipeline orders / {HOSTILE_GROUP}",
                  pipeline=pipeline)
     client.force_login(person("vera", VIEWER))
@@ -110,8 +110,8 @@ def test_the_svg_title_shows_the_escape(client):
 @pytest.mark.django_db
 def test_the_approver_reads_a_rewind_reason_as_written(client, unique_name):
     """A right-to-left override in a reason would show the approver a different text."""
-    from dashboard.rewinds.services import rewind_request
     from dashboard.accounts.roles import APPROVER, OPERATOR
+    from dashboard.rewinds.services import rewind_request
     from tests.factories import offline_pipeline, person
 
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 100)}, batches=[(1_700_000_000_000, {0: 50})],

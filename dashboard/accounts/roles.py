@@ -101,9 +101,9 @@ def role_required(role: str, *, tokens: bool = False):
             machine = tokens or _is_api(request)
             token = bearer_token(request) if tokens else None
             if token is not None:
-                from dashboard import services  # services imports models; keep this module light
+                from dashboard.accounts.tokens import api_token_user
 
-                user = services.api_token_user(token=token)
+                user = api_token_user(token=token)
                 if user is None:
                     hint = " (owp_ pipeline tokens only report starts)" if token.startswith("owp_") else ""
                     return _denied(request, 401, f"unknown or revoked API token{hint}", machine=True)

@@ -25,13 +25,22 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from dashboard import selectors, services
-from dashboard.web import params
-from dashboard.rewinds import services as rewinds
-from dashboard.api import payloads
-from offsetwatch.lib import downsample
-from dashboard.models import Pipeline
 from dashboard.accounts.roles import VIEWER, bearer_token, role_required
+from dashboard.accounts.tokens import pipeline_token_actor, pipeline_token_for
+from dashboard.api import payloads
+from dashboard.models import Pipeline
+from dashboard.monitoring.overview import pipelines_filtered
+from dashboard.monitoring.selectors import (
+    collector_status,
+    pipeline_batches_keyset,
+    pipeline_freshness,
+    pipeline_lag_points,
+    pipeline_with_evaluation,
+)
+from dashboard.rewinds import services as rewinds
+from dashboard.rewinds.start_reports import InvalidReport, start_report_record
+from dashboard.web import params
+from offsetwatch.lib import downsample
 from streamoffsets.evaluation import Status
 from streamoffsets.urls import mask_secrets
 
@@ -198,7 +207,7 @@ def _pipeline(pipeline_id: int) -> Pipeline:
     if pipeline_id > MAX_ID:
         raise ApiError(404, f"no pipeline with id {pipeline_id}")
     try:
-        return selectors.pipeline_with_evaluation(pipeline_id=pipeline_id)
+        return pipeline_with_evaluation(pipeline_id=pipeline_id)
     except Pipeline.DoesNotExist:
         raise ApiError(404, f"no pipeline with id {pipeline_id}") from None
 
@@ -263,7 +272,7 @@ def pipeline_json(p: Pipeline) -> dict:
 
 @api_view()
 def api_pipelines(request):
-    pipelines = selectors.pipelines_filtered(
+    pipelines = pipelines_filtered(
         statuses=statuses_param(request), store=text_param(request, "store"),
         cluster=text_param(request, "cluster"), q=text_param(request, "q"),
     )
@@ -274,7 +283,7 @@ def api_pipelines(request):
 def api_pipeline(request, pipeline_id: int):
     pipeline = _pipeline(pipeline_id)
     e = getattr(pipeline, "evaluation", None)
-    freshness = selectors.pipeline_freshness(pipeline=pipeline)
+    freshness = pipeline_freshness(pipeline=pipeline)
     return JsonResponse({
         **pipeline_json(pipeline),
         "partitions": [_partition_json(r) for r in (e.partitions if e else [])],
@@ -301,7 +310,7 @@ def api_pipeline_batches(request, pipeline_id: int):
     cursor = text_param(request, "cursor")
     before_ms = _cursor_decode(cursor) if cursor is not None else None
     pipeline = _pipeline(pipeline_id)
-    batches, more = selectors.pipeline_batches_keyset(
+    batches, more = pipeline_batches_keyset(
         pipeline=pipeline, from_ms=from_ms, to_ms=to_ms, before_ms=before_ms, limit=limit)
     return JsonResponse({
         "pipeline": pipeline.pk, "from": _ms_iso(from_ms), "to": _ms_iso(to_ms), "limit": limit,
@@ -327,7 +336,7 @@ def api_pipeline_lag(request, pipeline_id: int):
     if since > until:
         raise bad_param("from", request.GET["from"], f"is after 'to' ({request.GET.get('to', 'now')!r})")
     pipeline = _pipeline(pipeline_id)
-    raw = selectors.pipeline_lag_points(pipeline=pipeline, since=since, until=until)
+    raw = pipeline_lag_points(pipeline=pipeline, since=since, until=until)
     reduce = downsample.minmax_buckets if method == "minmax" else downsample.lttb
     kept = reduce(raw, points)
     return JsonResponse({
@@ -350,7 +359,7 @@ def api_collectors(request):
     """The collector system's parts first ("collector:broker", "collector:beat",
     "collector:workers"), then every source; all judged now from timestamps, so a stopped
     beat, worker or Redis shows here although it wrote nothing."""
-    status = selectors.collector_status()
+    status = collector_status()
     now = status.now
     return JsonResponse({
         "healthy": status.healthy,
@@ -407,12 +416,12 @@ def job_view(method: str):
             token = bearer_token(request)
             if not token:
                 return json_error(401, "missing 'Authorization: Bearer <pipeline token>' header")
-            found = services.pipeline_token_for(token=token)
+            found = pipeline_token_for(token=token)
             if found is None:
                 return json_error(401, "unknown or revoked pipeline token")
             pipeline = found.pipeline
             # The audit actor of whatever the job does: its token, never what the body says it is.
-            request.job_actor = services.pipeline_token_actor(found)
+            request.job_actor = pipeline_token_actor(found)
             if request.method != method:
                 response = json_error(405, f"method {request.method} is not allowed here; use {method}")
                 response["Allow"] = method
@@ -443,9 +452,9 @@ def job_view(method: str):
 def api_start_report(request, pipeline, payload):
     payloads.start_report(payload)  # every field checked, named when refused (PayloadError: 400)
     try:
-        report = services.start_report_record(pipeline=pipeline, report=payload, actor=request.job_actor,
+        report = start_report_record(pipeline=pipeline, report=payload, actor=request.job_actor,
                                               remote_addr=_remote(request))
-    except services.InvalidReport as exc:
+    except InvalidReport as exc:
         return json_error(400, str(exc))
     return JsonResponse({"id": report.pk, "pipeline": pipeline.pk}, status=201)
 

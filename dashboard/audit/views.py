@@ -7,10 +7,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import selectors
+from dashboard.accounts.roles import APPROVER, VIEWER, role_required, user_has_role
+from dashboard.audit.selectors import audit_events_export, audit_events_page, audit_verification
 from dashboard.exports import views as exports
 from dashboard.web.forms import AuditFilterForm
-from dashboard.accounts.roles import APPROVER, VIEWER, role_required, user_has_role
 
 PAGE_SIZE = 50
 
@@ -21,7 +21,7 @@ def audit_log(request):
     form = AuditFilterForm(request.GET)  # always bound: no filter at all is a valid request
     rows, next_before = [], None
     if form.is_valid():
-        rows, next_before = selectors.audit_events_page(before_id=form.cleaned_data["before"], limit=PAGE_SIZE,
+        rows, next_before = audit_events_page(before_id=form.cleaned_data["before"], limit=PAGE_SIZE,
                                                         **form.filters())
     return render(request, "dashboard/audit.html", {
         "form": form,
@@ -29,7 +29,7 @@ def audit_log(request):
         "paged": bool(form.is_valid() and form.cleaned_data["before"]),
         "newest_query": form.query(),
         "older_query": form.query(before=next_before) if next_before else None,
-        "check": selectors.audit_verification(),
+        "check": audit_verification(),
         "can_verify": user_has_role(request.user, APPROVER),
     })
 
@@ -38,7 +38,7 @@ def audit_log(request):
 @require_POST
 def audit_verify_now(request):
     """Walk the chain now instead of showing the result of up to a minute ago."""
-    selectors.audit_verification(refresh=True)
+    audit_verification(refresh=True)
     return redirect(reverse("audit") + ("?" + request.GET.urlencode() if request.GET else ""))
 
 
@@ -50,7 +50,7 @@ def audit_export(request, fmt: str):
     if not form.is_valid():
         message = "; ".join(f"parameter {name!r}: {' '.join(errors)}" for name, errors in form.errors.items())
         return HttpResponse(message, status=400, content_type="text/plain; charset=utf-8")
-    events = selectors.audit_events_export(**form.filters())
+    events = audit_events_export(**form.filters())
     name = f"offsetwatch_audit_{timezone.now():%Y%m%dT%H%M%SZ}.{fmt}"
     if fmt == "json":
         response = StreamingHttpResponse(exports.json_array_stream(exports.audit_json_items(events)),

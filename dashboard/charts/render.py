@@ -9,10 +9,10 @@ from zoneinfo import ZoneInfo
 
 import plotly.graph_objects as go
 
-from dashboard import selectors
-from offsetwatch.lib.downsample import minmax_buckets
+from dashboard.charts.selectors import ChartTable, Marker, chart_markers, pipeline_chart_table
 from dashboard.models import Pipeline
 from dashboard.web.params import ChartParams, TimeRange
+from offsetwatch.lib.downsample import minmax_buckets
 from streamoffsets.visible import visible
 
 # A page's chart payload stays under ~300 KB whatever the range and the partition count: all
@@ -53,19 +53,19 @@ def chart_title(*, pipeline: Pipeline, kind: str, unit: str, time_range: TimeRan
 
 @dataclass
 class Chart:
-    table: selectors.ChartTable
-    markers: list[selectors.Marker]
+    table: ChartTable
+    markers: list[Marker]
     title: str
 
 
 def pipeline_chart(*, pipeline: Pipeline, params: ChartParams, tz: ZoneInfo) -> Chart:
     """A pipeline's chart at full resolution: its numbers, its markers, its title."""
     r = params.range
-    table = selectors.pipeline_chart_table(pipeline=pipeline, kind=params.kind, unit=params.unit, since=r.since,
+    table = pipeline_chart_table(pipeline=pipeline, kind=params.kind, unit=params.unit, since=r.since,
                                            until=r.until)
     return Chart(
         table=table,
-        markers=selectors.chart_markers(pipeline=pipeline, since=r.since, until=r.until),
+        markers=chart_markers(pipeline=pipeline, since=r.since, until=r.until),
         title=chart_title(pipeline=pipeline, kind=params.kind, unit=params.unit, time_range=r, tz_name=tz.key),
     )
 
@@ -86,7 +86,7 @@ def table_downsample(table, max_points: int):
         points = [(row, v) for row, v in enumerate(table.values(i)) if v is not None]
         keep.update(row for row, _ in minmax_buckets(points, per_column))
     rows = sorted(keep)
-    return selectors.ChartTable(table.kind, table.unit, array("d", (table.times[r] for r in rows)), list(table.names),
+    return ChartTable(table.kind, table.unit, array("d", (table.times[r] for r in rows)), list(table.names),
                       list(table.partitions), [array(col.typecode, (col[r] for r in rows)) for col in table.columns])
 
 

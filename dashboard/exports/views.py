@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 
-from dashboard import selectors
+from dashboard.exports.selectors import batch_export_partitions, batch_export_rows
 from dashboard.models import Pipeline
 from dashboard.web.params import TimeRange
 
@@ -123,12 +123,12 @@ def batches_table(*, pipeline: Pipeline, time_range: TimeRange, tz: ZoneInfo) ->
     ms), batch id, committed, records, then one column per partition (empty where a batch has
     none)."""
     since_ms, until_ms = range_ms(time_range)
-    partitions = selectors.batch_export_partitions(pipeline=pipeline, since_ms=since_ms, until_ms=until_ms)
+    partitions = batch_export_partitions(pipeline=pipeline, since_ms=since_ms, until_ms=until_ms)
     header = ["batch_time", "batch_time_ms", "batch_id", "committed", "records", *[f"p{p}" for p in partitions]]
     keys = [str(p) for p in partitions]
 
     def rows() -> Iterator[list]:
-        for ms, batch_id, committed, records, offsets in selectors.batch_export_rows(
+        for ms, batch_id, committed, records, offsets in batch_export_rows(
             pipeline=pipeline, since_ms=since_ms, until_ms=until_ms
         ):
             yield [local_iso(ms, tz), ms, batch_id, committed, records, *[offsets.get(k) for k in keys]]

@@ -21,11 +21,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from dashboard import selectors
-from dashboard.notifications import services as notify
+from dashboard.accounts.roles import APPROVER, OPERATOR, user_has_role
 from dashboard.audit.services import audit_append
 from dashboard.models import Batch, Pipeline, RewindRequest, WatermarkSample
-from dashboard.accounts.roles import APPROVER, OPERATOR, user_has_role
+from dashboard.monitoring.selectors import kafka_client_config
+from dashboard.notifications import services as notify
 from streamoffsets import rewind as rules
 from streamoffsets.evaluation import batch_interval_s, human_duration
 from streamoffsets.urls import mask_secrets
@@ -104,7 +104,7 @@ def broker_offsets_for_time(*, pipeline: Pipeline, time_ms) -> dict[int, int]:
     if not isinstance(time_ms, int):
         raise RewindRefused(f"a point in time is needed, not {time_ms!r}")
     reader = KafkaWatermarkReader(pipeline.store.cluster.bootstrap_servers, timeout_s=settings.IO_TIMEOUT_S,
-                                  config=selectors.kafka_client_config(cluster_name=pipeline.store.cluster.name))
+                                  config=kafka_client_config(cluster_name=pipeline.store.cluster.name))
     try:
         return reader.offsets_for_time(pipeline.topic, time_ms)
     except OffsetStoreError as exc:
@@ -558,7 +558,7 @@ def rewind_write_to_store(*, rewind: RewindRequest, user, remote_addr: str = "")
     HBase row, ZooKeeper nodes, the offset file, the Kafka group's offsets), only while the job is
     observed stopped. Verified later like any rewind: from the batch the write makes."""
     from streamoffsets.errors import OffsetStoreError
-    from streamoffsets.stores.base import open_store
+    from streamoffsets.stores.registry import open_store
     from streamoffsets.types import BatchOffsets
 
     if not user_has_role(user, OPERATOR):
@@ -581,7 +581,7 @@ def rewind_write_to_store(*, rewind: RewindRequest, user, remote_addr: str = "")
     target = {int(p): o for p, o in rewind.target_offsets.items()}
     try:
         with open_store(pipeline.store.url, timeout_s=settings.IO_TIMEOUT_S,
-                        kafka_config=selectors.kafka_client_config(cluster_name=pipeline.store.cluster.name)) as store:
+                        kafka_config=kafka_client_config(cluster_name=pipeline.store.cluster.name)) as store:
             store.save_batch(BatchOffsets(pipeline.topic, pipeline.group, marker_ms, target))
     except (OffsetStoreError, OSError) as exc:
         # The client library's message may quote the store's URL or its password: masked.

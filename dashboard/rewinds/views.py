@@ -7,23 +7,24 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from dashboard import selectors
-from dashboard.rewinds import services as rewinds
-from dashboard.web.forms import RewindDecisionForm, RewindRequestForm
-from dashboard.models import Pipeline, RewindRequest
 from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER, role_required, user_has_role
+from dashboard.models import Pipeline, RewindRequest
+from dashboard.monitoring.selectors import pipeline_get
+from dashboard.rewinds import services as rewinds
+from dashboard.rewinds.selectors import rewind_events, rewind_get, rewinds_list
+from dashboard.web.forms import RewindDecisionForm, RewindRequestForm
 
 
 def _pipeline(pipeline_id: int) -> Pipeline:
     try:
-        return selectors.pipeline_get(pipeline_id=pipeline_id)
+        return pipeline_get(pipeline_id=pipeline_id)
     except Pipeline.DoesNotExist:
         raise Http404(f"no pipeline with id {pipeline_id}") from None
 
 
 def _rewind(rewind_id: int) -> RewindRequest:
     try:
-        return selectors.rewind_get(rewind_id=rewind_id)
+        return rewind_get(rewind_id=rewind_id)
     except RewindRequest.DoesNotExist:
         raise Http404(f"no rewind with id {rewind_id}") from None
 
@@ -90,7 +91,7 @@ def _detail_context(request, rewind, plan_now, plan_error, error: str | None = N
     return {
         "rewind": rewind, "plan_now": plan_now, "plan_error": plan_error, "changed": changed, "error": error,
         "form": form or RewindDecisionForm(),
-        "events": selectors.rewind_events(rewind_id=rewind.pk),
+        "events": rewind_events(rewind_id=rewind.pk),
         "can_decide": (rewind.status == RewindRequest.Status.REQUESTED and user_has_role(user, APPROVER)
                        and rewind.requested_by_id != user.pk),
         "own_request": rewind.requested_by_id == user.pk,
@@ -154,5 +155,5 @@ def _rerender(request, rewind, error: str, form=None):
 @role_required(VIEWER)
 @require_GET
 def rewind_list(request):
-    return render(request, "dashboard/rewinds.html", {"rewinds": selectors.rewinds_list(),
+    return render(request, "dashboard/rewinds.html", {"rewinds": rewinds_list(),
                                                       "new_url": reverse("overview")})

@@ -5,7 +5,7 @@ from django import forms
 from django.conf import settings
 
 from dashboard.models import Store
-from dashboard.selectors import kafka_client_config
+from dashboard.monitoring.selectors import kafka_client_config
 from streamoffsets.evaluation import Status
 from streamoffsets.probe import server_kind_problem
 from streamoffsets.urls import validate_store_url

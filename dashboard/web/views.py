@@ -14,22 +14,43 @@ from django.utils import timezone
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import selectors, services
-from dashboard.web import heavy
-from dashboard.web import params
-from dashboard.charts import render as charts
-from dashboard.api import metrics
-from dashboard.exports import views as exports
-from dashboard.charts import cache as chart_cache
-from dashboard.web.forms import OverviewFilterForm
-from dashboard.models import ExportJob, Pipeline
 from dashboard.accounts.roles import OPERATOR, VIEWER, role_required, user_has_role
+from dashboard.api import metrics
+from dashboard.charts import cache as chart_cache
+from dashboard.charts import render as charts
+from dashboard.charts.selectors import chart_series_count, lag_sample_count
+from dashboard.exports import selectors as export_selectors
+from dashboard.exports import views as exports
+from dashboard.exports.selectors import batch_export_count, batch_export_width, export_job_done
+from dashboard.exports.services import ExportQueueFull, export_job_create
+from dashboard.models import ExportJob, Pipeline
+from dashboard.monitoring.overview import overview_rows, pipelines_metrics
+from dashboard.monitoring.selectors import (
+    broker_check,
+    cluster_names,
+    collector_status,
+    open_incidents,
+    pipeline_batches,
+    pipeline_evaluation,
+    pipeline_freshness,
+    pipeline_get,
+    pipeline_import_progress,
+    pipeline_incidents,
+    pipeline_start_reports,
+    stale_sources,
+    store_names,
+    store_problems,
+    unreachable_sources,
+)
+from dashboard.rewinds.selectors import pipeline_rewinds
+from dashboard.web import heavy, params
+from dashboard.web.forms import OverviewFilterForm
 from streamoffsets.urls import mask_secrets
 
 
 def _pipeline_or_404(pipeline_id: int) -> Pipeline:
     try:
-        return selectors.pipeline_get(pipeline_id=pipeline_id)
+        return pipeline_get(pipeline_id=pipeline_id)
     except Pipeline.DoesNotExist:
         raise Http404(f"no pipeline with id {pipeline_id}") from None
 
@@ -55,16 +76,16 @@ def overview_live(request):
 
 
 def _overview_context(request) -> dict:
-    form = OverviewFilterForm(request.GET or None, stores=selectors.store_names(), clusters=selectors.cluster_names())
+    form = OverviewFilterForm(request.GET or None, stores=store_names(), clusters=cluster_names())
     filters = form.filters()
     now = timezone.now()
     return {
         "form": form,
         "filtered": any(v is not None for v in filters.values()),
-        "pipelines": selectors.overview_rows(**filters),
-        "incidents": selectors.open_incidents(),
-        "unreachable": selectors.unreachable_sources(),
-        "stale": selectors.stale_sources(now=now),
+        "pipelines": overview_rows(**filters),
+        "incidents": open_incidents(),
+        "unreachable": unreachable_sources(),
+        "stale": stale_sources(now=now),
         "now": now,
     }
 
@@ -73,21 +94,21 @@ def _pipeline_context(request, pipeline: Pipeline) -> dict:
     """The page's context; raises BadParam for bad chart parameters."""
     chart = params.parse_chart_params(request.GET, now=timezone.now())
     page = params.parse_int(request.GET, "page", default=1, low=1, high=10**9)
-    page_obj, batch_partitions, batch_rows = selectors.pipeline_batches(pipeline=pipeline, page=page)
+    page_obj, batch_partitions, batch_rows = pipeline_batches(pipeline=pipeline, page=page)
     return {
         "pipeline": pipeline,
-        "freshness": selectors.pipeline_freshness(pipeline=pipeline),
-        "import_progress": selectors.pipeline_import_progress(pipeline=pipeline, now=timezone.now()),
-        "evaluation": selectors.pipeline_evaluation(pipeline=pipeline),
-        "incidents": selectors.pipeline_incidents(pipeline=pipeline),
-        "start_reports": selectors.pipeline_start_reports(pipeline=pipeline),
-        "rewinds": selectors.pipeline_rewinds(pipeline=pipeline),
+        "freshness": pipeline_freshness(pipeline=pipeline),
+        "import_progress": pipeline_import_progress(pipeline=pipeline, now=timezone.now()),
+        "evaluation": pipeline_evaluation(pipeline=pipeline),
+        "incidents": pipeline_incidents(pipeline=pipeline),
+        "start_reports": pipeline_start_reports(pipeline=pipeline),
+        "rewinds": pipeline_rewinds(pipeline=pipeline),
         # Operators get a "rewind here" link on every batch row.
         "can_request_rewind": user_has_role(request.user, OPERATOR),
         "page_obj": page_obj,
         "batch_partitions": batch_partitions,
         "batch_rows": batch_rows,
-        "problems": selectors.store_problems(store=pipeline.store),
+        "problems": store_problems(store=pipeline.store),
         "chart": chart,
         # The chart's parameters as a query string: the chart, export and page links keep them.
         "chart_query": urlencode(chart.query()),
@@ -127,9 +148,9 @@ def pipeline_status(request, pipeline_id: int):
     pipeline = _pipeline_or_404(pipeline_id)
     return render(request, "dashboard/partials/pipeline_status.html", {
         "pipeline": pipeline,
-        "freshness": selectors.pipeline_freshness(pipeline=pipeline),
-        "import_progress": selectors.pipeline_import_progress(pipeline=pipeline, now=timezone.now()),
-        "evaluation": selectors.pipeline_evaluation(pipeline=pipeline),
+        "freshness": pipeline_freshness(pipeline=pipeline),
+        "import_progress": pipeline_import_progress(pipeline=pipeline, now=timezone.now()),
+        "evaluation": pipeline_evaluation(pipeline=pipeline),
     })
 
 
@@ -265,8 +286,8 @@ def pipeline_chart_data(request, pipeline_id: int, fmt: str):
     except params.BadParam as exc:
         return _bad_param(exc)
     r = chart_params.range
-    rows = selectors.lag_sample_count(pipeline=pipeline, since=r.since, until=r.until)
-    points = rows * selectors.chart_series_count(pipeline=pipeline, kind=chart_params.kind, since=r.since, until=r.until)
+    rows = lag_sample_count(pipeline=pipeline, since=r.since, until=r.until)
+    points = rows * chart_series_count(pipeline=pipeline, kind=chart_params.kind, since=r.since, until=r.until)
     # Too many rows or values for a request: the background job writes the CSV (JSON: ask with
     # max_points, at most EXPORT_INLINE_MAX_POINTS).
     if max_points is not None:
@@ -319,8 +340,8 @@ def pipeline_batches_csv(request, pipeline_id: int):
     except params.BadParam as exc:
         return _bad_param(exc)
     since_ms, until_ms = exports.range_ms(time_range)
-    rows = selectors.batch_export_count(pipeline=pipeline, since_ms=since_ms, until_ms=until_ms)
-    points = rows * selectors.batch_export_width(pipeline=pipeline, since_ms=since_ms, until_ms=until_ms)
+    rows = batch_export_count(pipeline=pipeline, since_ms=since_ms, until_ms=until_ms)
+    points = rows * batch_export_width(pipeline=pipeline, since_ms=since_ms, until_ms=until_ms)
     if _too_many(rows, points):
         return _too_large(request, pipeline=pipeline, kind=ExportJob.Kind.BATCHES_CSV, rows=rows, points=points,
                           query=time_range.query())
@@ -359,9 +380,9 @@ def export_job_new(request, pipeline_id: int):
     except params.BadParam as exc:
         return _bad_param(exc, request)
     try:
-        services.export_job_create(user=request.user, pipeline=pipeline, kind=kind, time_range=time_range,
+        export_job_create(user=request.user, pipeline=pipeline, kind=kind, time_range=time_range,
                                    chart_kind=chart_kind, chart_unit=unit)
-    except services.ExportQueueFull as exc:
+    except ExportQueueFull as exc:
         return heavy.busy_response(request, heavy.Busy(str(exc), retry_after_s=60))
     return redirect("export_jobs")
 
@@ -369,20 +390,20 @@ def export_job_new(request, pipeline_id: int):
 @require_GET
 @role_required(VIEWER)
 def export_jobs(request):
-    return render(request, "dashboard/exports.html", {"jobs": selectors.export_jobs(user=request.user)})
+    return render(request, "dashboard/exports.html", {"jobs": export_selectors.export_jobs(user=request.user)})
 
 
 @require_GET
 @role_required(VIEWER)
 def export_jobs_live(request):
-    return render(request, "dashboard/partials/export_jobs.html", {"jobs": selectors.export_jobs(user=request.user)})
+    return render(request, "dashboard/partials/export_jobs.html", {"jobs": export_selectors.export_jobs(user=request.user)})
 
 
 @require_GET
 @role_required(VIEWER)
 def export_job_download(request, job_id: int):
     # Someone else's export is a 404, like one that does not exist.
-    job = selectors.export_job_done(user=request.user, job_id=job_id)
+    job = export_job_done(user=request.user, job_id=job_id)
     if job is None:
         raise Http404(f"no finished export {job_id} of yours")
     try:
@@ -395,7 +416,7 @@ def export_job_download(request, job_id: int):
 @require_GET
 @role_required(VIEWER)
 def collectors(request):
-    status = selectors.collector_status()
+    status = collector_status()
     return render(request, "dashboard/collectors.html", {"status": status, "sources": status.sources, "now": status.now})
 
 
@@ -415,9 +436,9 @@ def plotly_js(request):
 @role_required(VIEWER, tokens=True)
 def metrics_view(request):
     """Prometheus scrape: an API token (Bearer) or a session with the viewer role."""
-    status = selectors.collector_status()
+    status = collector_status()
     text = metrics.render(
-        pipelines=selectors.pipelines_metrics(), sources=status.sources,
+        pipelines=pipelines_metrics(), sources=status.sources,
         include=settings.METRICS_INCLUDE, exclude=settings.METRICS_EXCLUDE,
         per_partition=settings.METRICS_PER_PARTITION, collectors=status.parts, now=status.now,
     )
@@ -437,7 +458,7 @@ def healthz(request):
         failed["database"] = str(exc)
     if not failed:
         try:
-            down = selectors.collector_status().down
+            down = collector_status().down
         except Exception as exc:  # e.g. the schema not migrated yet: say so, not a 500
             failed["collectors"] = f"cannot judge the collectors: {type(exc).__name__}: {exc}"
             down = []
@@ -446,7 +467,7 @@ def healthz(request):
             failed["redis" if part.name == "broker" else part.name] = part.detail
     else:
         # Without the database the collectors cannot be judged; Redis still can.
-        broker = selectors.broker_check()
+        broker = broker_check()
         if broker:
             failed["redis"] = broker
     if failed:

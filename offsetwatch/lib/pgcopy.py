@@ -12,7 +12,6 @@ from typing import Iterable
 
 from django.db import connection, models
 
-
 _AS_IS = {
     "BigIntegerField", "IntegerField", "PositiveIntegerField", "PositiveSmallIntegerField", "SmallIntegerField",
     "FloatField", "CharField", "TextField", "BooleanField", "BinaryField", "ForeignKey", "OneToOneField", "DateTimeField",

@@ -58,9 +58,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote
 
-from streamoffsets.errors import MalformedRecord, OffsetStoreError, ReadOnlyStore, StoreUnreachable
-from streamoffsets.stores.offsetfile import check_component
+from streamoffsets.errors import MalformedRecord, OffsetStoreError, ReadOnlyStore
 from streamoffsets.stores.base import StoreBase, local_path_from_url, require_listable
+from streamoffsets.stores.offsetfile import check_component
 from streamoffsets.types import BatchOffsets, HistoryPage, PipelineKey, RowProblem
 
 OFFSETS_VERSIONS = (1, 2)  # Spark 4.3 reads offsets logs up to v2

@@ -49,7 +49,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from streamoffsets.errors import MalformedRecord, OffsetStoreError, StoreUnreachable
+from streamoffsets.errors import MalformedRecord, OffsetStoreError
 from streamoffsets.stores.base import StoreBase, local_path_from_url, require_listable
 from streamoffsets.types import BatchOffsets, HistoryPage, PipelineKey, RowProblem
 

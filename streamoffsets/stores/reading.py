@@ -7,13 +7,13 @@ from datetime import datetime, timezone
 
 from streamoffsets.errors import OffsetStoreError, StoreUnreachable
 from streamoffsets.kafka import KafkaWatermarkReader, RecordTimes, WatermarkResult
-from streamoffsets.stores.base import open_store
+from streamoffsets.stores.registry import open_store
 from streamoffsets.types import BatchOffsets, PipelineKey, RowProblem
 
 
 @dataclass
 class ReadPlan:
-    """What one poll of a store reads (dashboard.selectors.store_read_plan builds it)."""
+    """What one poll of a store reads (dashboard.monitoring.selectors.store_read_plan builds it)."""
 
     # Per known pipeline: the newest batch time imported (-1: none yet). New rows are read after it.
     positions: dict[PipelineKey, int] = field(default_factory=dict)

@@ -43,7 +43,6 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from kazoo.client import KazooClient
-from kazoo.security import CREATOR_ALL_ACL, READ_ACL_UNSAFE
 from kazoo.exceptions import (
     ConnectionDropped,
     ConnectionLoss,
@@ -57,6 +56,7 @@ from kazoo.exceptions import (
     ZookeeperStoppedError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.security import CREATOR_ALL_ACL, READ_ACL_UNSAFE
 
 from streamoffsets.errors import MalformedRecord, OffsetStoreError, StoreUnreachable
 from streamoffsets.stores.base import StoreBase

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from dashboard import services
 from dashboard.accounts.roles import VIEWER
+from dashboard.monitoring.services import watermarks_record
 from streamoffsets.kafka import WatermarkResult
 from streamoffsets.types import Watermarks
 from tests.e2e.conftest import log_in, wait_for_chart
@@ -34,7 +34,7 @@ def incident_data(unique_name):
     # Samples every 20 minutes: the lag of `lost` grows as producers keep writing.
     for i in range(1, 13):
         at = start + timedelta(minutes=20 * i)
-        services.watermarks_record(cluster=lost.store.cluster, sampled_at=at, result=WatermarkResult(by_topic={
+        watermarks_record(cluster=lost.store.cluster, sampled_at=at, result=WatermarkResult(by_topic={
             lost.topic: {0: Watermarks(0, 50, 100 + 10 * i), 1: Watermarks(1, 0, 80 + 5 * i)},
             healthy[0].topic: {0: Watermarks(0, 0, 40)},
             healthy[1].topic: {0: Watermarks(0, 0, 9)},

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-from dashboard.rewinds.services import rewind_request
 from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
+from dashboard.rewinds.services import rewind_request
 from tests.e2e.conftest import log_in, wait_for_chart
 from tests.factories import offline_pipeline, person
 

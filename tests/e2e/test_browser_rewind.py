@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.models import RewindRequest
 from dashboard.accounts.roles import APPROVER, OPERATOR
+from dashboard.models import RewindRequest
 from tests.e2e.conftest import log_in
 from tests.factories import offline_pipeline, person
 

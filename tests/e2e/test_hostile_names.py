@@ -14,9 +14,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from dashboard import services
-from dashboard.rewinds.services import rewind_request
 from dashboard.accounts.roles import OPERATOR, VIEWER
+from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
+from dashboard.rewinds.services import rewind_request
 from tests.e2e.conftest import log_in
 from tests.factories import offline_pipeline, person
 
@@ -32,8 +32,8 @@ INJECTED = "#injected-topic, #injected-group, #injected-store, #injected-cluster
 
 @pytest.fixture
 def hostile(unique_name):
-    cluster = services.cluster_get_or_create(name=CLUSTER, bootstrap_servers="127.0.0.1:1")
-    store = services.store_get_or_create(name=STORE, kind="hbase", url="hbase://127.0.0.1:1/unused", cluster=cluster)
+    cluster = cluster_get_or_create(name=CLUSTER, bootstrap_servers="127.0.0.1:1")
+    store = store_get_or_create(name=STORE, kind="hbase", url="hbase://127.0.0.1:1/unused", cluster=cluster)
     pipeline = offline_pipeline(unique_name, store=store, topic=TOPIC, group=GROUP, partitions={0: (0, 100)},
                                 batches=[(T0, {0: 10}), (T0 + 60_000, {0: 40})])
     olga = person("olga", VIEWER, OPERATOR)

@@ -1,8 +1,8 @@
 """django-axes' axes_reset_username, with the lockouts it removes audited as login.unlocked (dashboard/accounts/lockout.py)."""
 from axes.management.commands.axes_reset_username import Command as AxesCommand
 
-from dashboard.audit.services import command_actor
 from dashboard.accounts.lockout import unlocking_by
+from dashboard.audit.services import command_actor
 
 
 class Command(AxesCommand):

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboard import services
-from dashboard.audit.services import command_actor
 from dashboard.accounts.roles import ROLES
+from dashboard.accounts.users import InvalidUser, user_create_or_update
+from dashboard.audit.services import command_actor
 
 
 class Command(BaseCommand):
@@ -47,10 +47,10 @@ class Command(BaseCommand):
         if password is not None and not password:
             raise CommandError("the password is empty" + (f" (in {password_file})" if password_file else " (stdin)"))
         try:
-            user, created = services.user_create_or_update(
+            user, created = user_create_or_update(
                 username=username, roles=list(dict.fromkeys(role)), password=password, email=email,
                 **command_actor("create_user"))
-        except services.InvalidUser as exc:
+        except InvalidUser as exc:
             raise CommandError(str(exc)) from None
         how = "created" if created else "updated"
         login = "" if user.has_usable_password() else " (no password: API tokens only)"

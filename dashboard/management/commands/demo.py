@@ -20,9 +20,9 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboard import services
 from dashboard.management.commands.stack import configured_stack
 from dashboard.models import SourceHealth
+from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
 from devstack.components import Component, StackError
 from streamoffsets.stores.hbase import HBaseOffsetStore
 
@@ -61,8 +61,8 @@ class Command(BaseCommand):
             say("[2/4] database and demo data")
             call_command("migrate", interactive=False, verbosity=0)
             username, password = self._demo_user()
-            cluster = services.cluster_get_or_create(name="local", bootstrap_servers=settings.KAFKA_BOOTSTRAP)
-            services.store_get_or_create(name="local-hbase", kind="hbase", url=settings.HBASE_URL, cluster=cluster)
+            cluster = cluster_get_or_create(name="local", bootstrap_servers=settings.KAFKA_BOOTSTRAP)
+            store_get_or_create(name="local-hbase", kind="hbase", url=settings.HBASE_URL, cluster=cluster)
             with HBaseOffsetStore.from_url(settings.HBASE_URL) as store:
                 store.ensure_table()
             say(f"  database   migrated ({settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]})")

@@ -8,9 +8,9 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboard import services
-from dashboard.audit.services import command_actor
 from dashboard.accounts.roles import user_roles
+from dashboard.accounts.tokens import api_token_issue
+from dashboard.audit.services import command_actor
 
 
 class Command(BaseCommand):
@@ -33,7 +33,7 @@ class Command(BaseCommand):
         if not roles:
             raise CommandError(f"user {user!r} has no role: its token would get 403 everywhere; "
                                f"give it one first (manage.py create_user {user} --role viewer)")
-        token, plain = services.api_token_issue(user=found, name=name.strip()[:200],
+        token, plain = api_token_issue(user=found, name=name.strip()[:200],
                                                **command_actor("issue_api_token"))
         self.stderr.write(f"token {token.prefix}… for {user!r} (roles: {', '.join(sorted(roles))}); "
                           "it is shown only once:")

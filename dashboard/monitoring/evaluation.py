@@ -1,0 +1,318 @@
+"""Statuses from the collected numbers: evaluates every pipeline of a cluster after a poll (the
+rules themselves are the job library's, streamoffsets.rules/evaluation), stores the evaluation and
+opens or resolves incidents (per pipeline and per partition)."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from operator import itemgetter
+from typing import NamedTuple
+
+from django.conf import settings
+from django.db.models import Min
+
+from dashboard.models import (
+    Cluster,
+    Incident,
+    LagSample,
+    Pipeline,
+    PipelineEvaluation,
+    Store,
+    WatermarkSample,
+)
+from dashboard.monitoring import partition_writes
+from offsetwatch.lib import sparkline
+from offsetwatch.lib.packing import unpack_map, unpack_watermarks
+from offsetwatch.lib.pgcopy import copy_insert
+from streamoffsets import evaluation, partition_rules
+from streamoffsets.evaluation import Sample
+from streamoffsets.kafka import WatermarkResult
+
+log = logging.getLogger(__name__)
+
+_partition_of, _lag_of = itemgetter(0), itemgetter(4)  # PartitionEvaluation's partition and lag
+
+
+def pipelines_evaluate(
+    cluster: Cluster, pipelines: list[Pipeline], committed: dict[int, dict[int, int]], result: WatermarkResult,
+    now: datetime, record_times: dict[tuple[str, int, int], int], record_misses: dict[tuple[str, int, int], str],
+    records_later=None,
+) -> None:
+    """Evaluate every pipeline of a cluster poll with the pure rules of streamoffsets.evaluation."""
+    if not pipelines:
+        return
+    n = settings.EVALUATION_WINDOW_SAMPLES
+    window_since = now - timedelta(seconds=max(120.0, 3 * n * settings.POLL_INTERVAL_S))
+    lookback_since = now - timedelta(seconds=settings.LAG_SECONDS_LOOKBACK_S)
+    topics = sorted({p.topic for p in pipelines})
+
+    # Plain tuples, not model instances: thousands of rows per cycle, and model __init__ is the
+    # larger part of their cost.
+    recent: dict[int, list[WindowSample]] = {}
+    for pk, at, ids, values, last_ms, lag in (
+        LagSample.objects.filter(pipeline__in=pipelines, sampled_at__gte=window_since).order_by("sampled_at")
+        .values_list("pipeline_id", "sampled_at", "partitions", "committed", "last_batch_ms", "total_lag")
+    ):
+        offsets = {p: c for p, c in unpack_map(ids, values).items() if c is not None}
+        recent.setdefault(pk, []).append(WindowSample(at, offsets, last_ms, lag))
+    marks_at: dict[str, dict[datetime, dict[int, tuple[int, int]]]] = {}
+    for topic, at, ids, lows, highs in WatermarkSample.objects.filter(
+        cluster=cluster, topic__in=topics, sampled_at__gte=window_since
+    ).values_list("topic", "sampled_at", "partitions", "lows", "highs"):
+        marks_at.setdefault(topic, {})[at] = unpack_watermarks(ids, lows, highs)
+    oldest = _oldest_watermarks(cluster, topics, lookback_since)
+
+    # Lag older than the window needs the topic's earlier watermarks: fetched only for those topics.
+    deep_topics = set()
+    for pipeline in pipelines:
+        window_marks = marks_at.get(pipeline.topic, {})
+        if window_marks:
+            first = window_marks[min(window_marks)]
+            if any(p in first and c < first[p][1] for p, c in committed.get(pipeline.pk, {}).items()):
+                deep_topics.add(pipeline.topic)
+    for topic, at, ids, lows, highs in WatermarkSample.objects.filter(
+        cluster=cluster, topic__in=deep_topics, sampled_at__gte=lookback_since, sampled_at__lt=window_since
+    ).values_list("topic", "sampled_at", "partitions", "lows", "highs"):
+        marks_at.setdefault(topic, {})[at] = unpack_watermarks(ids, lows, highs)
+
+    # Open incidents: the pipelines' own, and their partitions' by pipeline.
+    open_incidents: dict[int, Incident] = {}
+    open_partition_incidents: dict[int, dict[int, Incident]] = {}
+    for i in Incident.objects.filter(pipeline__in=pipelines, closed_at=None):
+        if i.partition is None:
+            open_incidents[i.pipeline_id] = i
+        else:
+            open_partition_incidents.setdefault(i.pipeline_id, {})[i.partition] = i
+    written = partition_writes.read([p.pk for p in pipelines])
+    sparklines = dict(PipelineEvaluation.objects.filter(pipeline__in=pipelines).values_list("pipeline", "sparkline"))
+    # One job's offsets visible in two stores (same topic and group): compare them.
+    twins: dict[tuple[str, str], list[Pipeline]] = {}
+    for pipeline in pipelines:
+        twins.setdefault((pipeline.topic, pipeline.group), []).append(pipeline)
+    store_names = dict(Store.objects.filter(pk__in={p.store_id for p in pipelines}).values_list("pk", "name"))
+    evaluations, incidents_new, incidents_changed = [], [], []
+    series_of: dict[str, TopicSeries] = {}  # built once per topic, shared by its pipelines
+    if records_later is not None:
+        record_times, record_misses = records_later()
+    for pipeline in pipelines:
+        marks = {p: (w.low, w.high) for p, w in result.by_topic[pipeline.topic].items()}
+        series = series_of.get(pipeline.topic)
+        if series is None:
+            history = dict(marks_at.get(pipeline.topic, {}))
+            if pipeline.topic in oldest:
+                history.setdefault(*oldest[pipeline.topic])
+            series = series_of[pipeline.topic] = _topic_series(history)
+        evaluated = _pipeline_evaluation(pipeline, committed.get(pipeline.pk, {}), marks,
+                                         recent.get(pipeline.pk, [])[-n:], series, now, record_times,
+                                         written.get(pipeline.pk), record_misses)
+        if pipeline.topic in result.compacted:  # offsets with gaps: the lag counts offsets, not messages
+            for row in evaluated.partitions:
+                row["lag_is_upper_bound"] = row["lag"] is not None
+        for twin in twins[(pipeline.topic, pipeline.group)]:
+            mine, theirs = committed.get(pipeline.pk, {}), committed.get(twin.pk, {})
+            if twin.pk != pipeline.pk and mine and theirs and evaluation.drift(mine, theirs):
+                reason = evaluation.describe_drift(f"store {store_names[pipeline.store_id]}", mine,
+                                                   f"store {store_names[twin.store_id]}", theirs)
+                evaluated.reasons.append(reason)
+                if evaluated.status < evaluation.Status.WARN:
+                    evaluated.status = int(evaluation.Status.WARN)
+                    evaluated.reasons = [r for r in evaluated.reasons if r not in ("caught up", "consuming normally")]
+        evaluated.sparkline = sparkline.push(sparklines.get(pipeline.pk) or [], now.timestamp(), evaluated.total_lag or 0)
+        evaluated.sparkline_svg = sparkline.svg_points(evaluated.sparkline)
+        evaluated.sparkline_max = max(v for _, v in evaluated.sparkline)
+        evaluations.append(evaluated)
+        changes = [_incident_change(pipeline, None, evaluated.status, evaluated.reasons,
+                                    open_incidents.get(pipeline.pk), now)]
+        changes += _partition_incident_changes(pipeline, evaluated, open_partition_incidents.get(pipeline.pk, {}), now)
+        for change in changes:
+            if change is not None:
+                (incidents_new if change.pk is None else incidents_changed).append(change)
+    # An evaluation is derived and replaced every cycle: delete and insert (in this transaction)
+    # costs two statements, where bulk_update builds a CASE per row and field.
+    PipelineEvaluation.objects.filter(pipeline__in=pipelines).delete()
+    copy_insert(PipelineEvaluation, evaluations)
+    Incident.objects.bulk_create(incidents_new, batch_size=1000)
+    Incident.objects.bulk_update(incidents_changed, ["closed_at", "worst_status", "reasons"], batch_size=1000)
+
+
+def _oldest_watermarks(cluster: Cluster, topics: list[str], since: datetime) -> dict[str, tuple[datetime, dict]]:
+    """Each topic's oldest watermark sample since `since` (the far end of its rates), in two queries."""
+    firsts = dict(WatermarkSample.objects.filter(cluster=cluster, topic__in=topics, sampled_at__gte=since)
+                  .values("topic").annotate(first=Min("sampled_at")).values_list("topic", "first"))
+    # All topics of a cluster are sampled in the same cycles, so the distinct first times are few.
+    rows = WatermarkSample.objects.filter(cluster=cluster, topic__in=list(firsts), sampled_at__in=set(firsts.values()))
+    return {w.topic: (w.sampled_at, w.watermarks()) for w in rows if firsts.get(w.topic) == w.sampled_at}
+
+
+class WindowSample(NamedTuple):
+    """A stored LagSample as the evaluation reads it."""
+
+    sampled_at: datetime
+    committed: dict[int, int]
+    last_batch_ms: int | None
+    total_lag: int
+
+
+@dataclass
+class TopicSeries:
+    """A topic's watermark history in the shapes the rules take, built once per topic per cycle."""
+
+    highs_at: dict[datetime, dict[int, int]]  # sample time -> partition -> high watermark
+    highs: dict[int, list[tuple[float, int]]]  # partition -> [(epoch s, high)], oldest first
+    lows: dict[int, list[tuple[float, int]]]  # partition -> [(epoch s, low)], oldest first
+    # Partitions whose low watermark moved in the lookback: only they can have a retention
+    # deadline (rule 2 of evaluation.retention_risk), so only they pay for its rates.
+    moving_lows: set[int]
+
+
+def _topic_series(history: dict[datetime, dict[int, tuple[int, int]]]) -> TopicSeries:
+    items = [(at, at.timestamp(), history[at]) for at in sorted(history)]
+    partitions = set().union(*(marks.keys() for _, _, marks in items))
+    # Comprehensions per partition: this runs for every topic at every cycle.
+    lows = {p: [(t, marks[p][0]) for _, t, marks in items if p in marks] for p in partitions}
+    return TopicSeries(
+        highs_at={at: {p: hi for p, (_, hi) in marks.items()} for at, _, marks in items},
+        highs={p: [(t, marks[p][1]) for _, t, marks in items if p in marks] for p in partitions},
+        lows=lows,
+        moving_lows={p for p, series in lows.items() if series[0][1] != series[-1][1]},
+    )
+
+
+CAUGHT_UP = evaluation.TimeLag(0.0, "caught up")
+
+
+def _pipeline_evaluation(
+    pipeline: Pipeline, committed: dict[int, int], marks: dict[int, tuple[int, int]], recent: list[WindowSample],
+    series: TopicSeries, now: datetime, record_times: dict[tuple[str, int, int], int],
+    written_ms: dict[int, int] | None = None,
+    record_misses: dict[tuple[str, int, int], str] | None = None,
+) -> PipelineEvaluation:
+    """One pipeline's evaluation from data already in memory (no queries). `written_ms`: when
+    each partition was last written, where the store says (dashboard.monitoring.partition_writes)."""
+    window = [
+        Sample(s.sampled_at.timestamp(), s.committed, series.highs_at.get(s.sampled_at, {}),
+               s.last_batch_ms / 1000 if s.last_batch_ms else None, s.total_lag)
+        for s in recent
+    ]
+    partitions = evaluation.evaluate_partitions(committed, marks)
+    interval = evaluation.batch_interval_s([t / 1000 for t in pipeline.recent_batch_ms])
+    status = evaluation.evaluate_status(
+        window, partitions, interval, now.timestamp(),
+        stop_after_intervals=settings.STOP_AFTER_INTERVALS, min_stale_s=settings.STALE_AFTER_S,
+    )
+    # A partition stuck while the others of its pipeline move (partition_rules): its status and
+    # reason on its row, the worst of them on the pipeline (and so on its incident).
+    # Only the few flagged partitions are checked for their state (an out-of-range partition's
+    # own state is the news there, not a stall).
+    def lags():  # called only when some partition may be stuck
+        return dict(zip(map(_partition_of, partitions), map(_lag_of, partitions)))
+
+    flagged = partition_rules.partition_status(window, lags, interval, written_ms,
+                                               stop_after_intervals=settings.STOP_AFTER_INTERVALS)
+    if flagged:
+        states = {e.partition: e.state for e in partitions}
+        flagged = [ps for ps in flagged if states[ps.partition] is evaluation.PartitionState.LAGGING]
+    stuck = {ps.partition: ps for ps in flagged}
+    status = partition_rules.merge_into(status, list(stuck.values()))
+    highs, lows = series.highs, series.lows
+    commits: dict[int, list[tuple[float, int]]] = {}
+    for sample in window:
+        for p, c in sample.committed.items():
+            commits.setdefault(p, []).append((sample.at_s, c))
+
+    rows, time_lags, soonest_loss = [], [], None
+    for e in partitions:
+        row = {"partition": e.partition, "committed": e.committed, "low": e.low, "high": e.high, "lag": e.lag,
+               "state": e.state.value, "messages_lost": e.messages_lost, "lag_seconds": None,
+               "lag_method": "", "retention_margin": None, "retention_seconds_left": None,
+               "lag_absent": e.lag_absent,
+               "status": stuck[e.partition].status.name if e.partition in stuck else "OK",
+               "status_reason": stuck[e.partition].reason if e.partition in stuck else ""}
+        if e.lag is None and e.committed is not None and e.high is not None:
+            # Out of range: the state wins; no number derived from a position that does not exist.
+            # Below the low watermark the margin stays: negative, it is the data lost (metrics).
+            time_lags.append((e.partition, None, evaluation.TimeLag(None, e.lag_absent)))
+            if e.state is evaluation.PartitionState.LOW_OUT_OF_RANGE:
+                row["retention_margin"] = e.committed - e.low
+        elif e.committed is not None and e.high is not None:
+            # A partition at the high watermark of this cycle (the newest sample) is caught up:
+            # rule 1 of lag_seconds, without walking its history.
+            position = (pipeline.topic, e.partition, e.committed)
+            record_ms = record_times.get(position)
+            if e.lag == 0:
+                tl = CAUGHT_UP
+            elif record_ms is not None:
+                tl = evaluation.lag_seconds_from_record(record_ms, now.timestamp())
+            elif e.lag > 0:
+                # The record's own time is not known (gone, or not read this cycle): estimated
+                # from the high watermark samples, with the reason beside it.
+                no_record = "record deleted by retention" if e.state is evaluation.PartitionState.LOW_OUT_OF_RANGE else (
+                    (record_misses or {}).get(position))
+                tl = evaluation.lag_seconds_without_record(e.committed, highs.get(e.partition, []), now.timestamp(), no_record)
+            else:
+                tl = evaluation.lag_seconds(e.committed, highs.get(e.partition, []), now.timestamp())
+            row["lag_seconds"], row["lag_method"] = tl.seconds, tl.method
+            time_lags.append((e.partition, e.lag, tl))
+            if e.partition in series.moving_lows:
+                risk = evaluation.retention_risk(e.committed, lows.get(e.partition, []), commits.get(e.partition, []))
+            else:
+                risk = evaluation.RetentionRisk(e.committed - e.low, None)  # rules 1 and 2, without the rates
+            row["retention_margin"], row["retention_seconds_left"] = risk.margin, risk.seconds_left
+            if risk.seconds_left is not None:
+                soonest_loss = risk.seconds_left if soonest_loss is None else min(soonest_loss, risk.seconds_left)
+                if risk.seconds_left < settings.RETENTION_WARN_S and status.status < evaluation.Status.WARN:
+                    status.status = evaluation.Status.WARN
+                    status.reasons.append(risk.describe(e.partition))
+        rows.append(row)
+    pipeline_time_lag = evaluation.pipeline_lag_seconds(time_lags)
+    # No partition with a lag number (all out of range or unknown): no total either, not 0.
+    total = evaluation.total_lag(partitions) if any(e.lag is not None for e in partitions) else None
+    worst = max((e for e in partitions if e.lag is not None and e.lag > 0), key=lambda e: e.lag, default=None)
+    return PipelineEvaluation(
+        pipeline=pipeline, evaluated_at=now, status=int(status.status), reasons=status.reasons, partitions=rows,
+        total_lag=total, lag_seconds=pipeline_time_lag.seconds,
+        lag_seconds_method=pipeline_time_lag.method[:100],
+        batch_interval_s=interval, retention_seconds_left=soonest_loss,
+        worst_partition=worst.partition if worst else None, worst_partition_lag=worst.lag if worst else None,
+    )
+
+
+def _incident_change(
+    pipeline: Pipeline, partition: int | None, status: int, reasons: list[str], open_incident: Incident | None,
+    now: datetime,
+) -> Incident | None:
+    """A status above OK opens an incident (or raises the open one's worst); OK closes it. For the
+    pipeline (`partition` None) or one of its partitions. Returns the incident to save (new when
+    its pk is None), or None when nothing changes."""
+    if status == evaluation.Status.OK:
+        if open_incident is None:
+            return None
+        open_incident.closed_at = now
+        return open_incident
+    if open_incident is None:
+        return Incident(pipeline=pipeline, partition=partition, opened_at=now, worst_status=status, reasons=reasons)
+    if status >= open_incident.worst_status:
+        open_incident.worst_status = status
+        open_incident.reasons = reasons
+        return open_incident
+    return None
+
+
+def _partition_incident_changes(
+    pipeline: Pipeline, evaluated: PipelineEvaluation, open_incidents: dict[int, Incident], now: datetime
+) -> list[Incident | None]:
+    """A partition flagged by the partition rules (STALLED, STOPPED) has its own incident, with
+    its own reason, beside the pipeline's (which names it too); it closes when the partition is
+    OK again or gone from the evaluation."""
+    if evaluated.status < evaluation.Status.STALLED and not open_incidents:
+        return []  # the pipeline takes its worst partition's status: none is flagged (the usual case)
+    statuses = {row["partition"]: (evaluation.Status[row.get("status") or "OK"], row.get("status_reason") or "")
+                for row in evaluated.partitions}
+    flagged = {p for p, (status, _) in statuses.items() if status != evaluation.Status.OK}
+    changes = []
+    for p in sorted(flagged | set(open_incidents)):
+        status, reason = statuses.get(p, (evaluation.Status.OK, ""))
+        changes.append(_incident_change(pipeline, p, int(status), [reason] if reason else [],
+                                        open_incidents.get(p), now))
+    return changes

@@ -1,0 +1,84 @@
+"""The overview and /metrics reads: pipelines filtered as the overview and the API list them, the
+overview's rows, and the per-pipeline numbers /metrics exports."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import F, Q
+
+from dashboard.models import Pipeline
+
+
+def pipelines_filtered(
+    *, statuses: list[int] | None = None, store: str | None = None, cluster: str | None = None, q: str | None = None
+) -> list[Pipeline]:
+    """Pipelines with their evaluation, ordered as the overview; each filter is optional:
+    statuses (Status values, OR), store and cluster names (exact), q (text in topic or group)."""
+    rows = _pipelines_query(statuses=statuses, store=store, cluster=cluster, q=q)
+    return list(rows.select_related("store", "store__cluster", "evaluation"))
+
+
+def overview_rows(
+    *, statuses: list[int] | None = None, store: str | None = None, cluster: str | None = None, q: str | None = None
+) -> list[dict]:
+    """The overview table: the same pipelines in the same order as pipelines_filtered, as plain
+    rows of the shown columns only (a thousand model instances and their per-partition JSON cost
+    more than the page may)."""
+    rows = _pipelines_query(statuses=statuses, store=store, cluster=cluster, q=q)
+    return list(rows.values(
+        "pk", "topic", "group", "last_batch_ms", store_name=F("store__name"), status=F("evaluation__status"),
+        reasons=F("evaluation__reasons"), total_lag=F("evaluation__total_lag"),
+        lag_seconds=F("evaluation__lag_seconds"), lag_seconds_method=F("evaluation__lag_seconds_method"),
+        retention_seconds_left=F("evaluation__retention_seconds_left"),
+        sparkline_svg=F("evaluation__sparkline_svg"), sparkline_max=F("evaluation__sparkline_max"), worst_partition=F("evaluation__worst_partition"),
+        worst_partition_lag=F("evaluation__worst_partition_lag"),
+    ))
+
+
+def _pipelines_query(*, statuses: list[int] | None, store: str | None, cluster: str | None, q: str | None):
+    rows = Pipeline.objects.all()
+    if statuses is not None:
+        rows = rows.filter(evaluation__status__in=statuses)
+    if store is not None:
+        rows = rows.filter(store__name=store)
+    if cluster is not None:
+        rows = rows.filter(store__cluster__name=cluster)
+    if q:
+        rows = rows.filter(Q(topic__icontains=q) | Q(group__icontains=q))
+    return rows.order_by(F("evaluation__status").desc(nulls_last=True),
+                         F("evaluation__total_lag").desc(nulls_last=True), "topic", "group", "pk")
+
+
+@dataclass(frozen=True)
+class PipelineMetrics:
+    """What /metrics says of one pipeline: plain values, so dashboard.api.metrics stays pure."""
+
+    store: str
+    topic: str
+    group: str
+    cluster: str
+    status: int | None  # streamoffsets.evaluation.Status; None before the first evaluation
+    total_lag: int | None
+    lag_seconds: float | None
+    retention_seconds_left: float | None
+    retention_margin_min: int | None
+    evaluated: bool
+    partition_lags: tuple[tuple[int, int | None], ...] = ()
+
+
+def pipelines_metrics() -> list[PipelineMetrics]:
+    """Every pipeline's metric values, in one query."""
+    out = []
+    for p in Pipeline.objects.select_related("store", "store__cluster", "evaluation").order_by("pk"):
+        e = getattr(p, "evaluation", None)
+        rows = e.partitions if e else []
+        margins = [r["retention_margin"] for r in rows if r.get("retention_margin") is not None]
+        out.append(PipelineMetrics(
+            store=p.store.name, topic=p.topic, group=p.group, cluster=p.store.cluster.name,
+            status=e.status if e else None, total_lag=e.total_lag if e else None,
+            lag_seconds=e.lag_seconds if e else None,
+            retention_seconds_left=e.retention_seconds_left if e else None,
+            retention_margin_min=min(margins) if margins else None, evaluated=e is not None,
+            partition_lags=tuple((r["partition"], r.get("lag")) for r in rows),
+        ))
+    return out

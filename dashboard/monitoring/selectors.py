@@ -1,0 +1,349 @@
+"""Reads of the monitoring area: what the collectors ask (read plans, committed offsets, record
+positions), freshness and collector health, and a pipeline's page (evaluation, batches, incidents,
+import progress, start reports)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from typing import NamedTuple
+
+from django.conf import settings
+from django.core.paginator import Page, Paginator
+from django.db.models import BigIntegerField, JSONField, Min, OuterRef, Q, Subquery, Value
+from django.utils import timezone
+
+from dashboard.models import (
+    Batch,
+    Cluster,
+    Incident,
+    Pipeline,
+    PipelineEvaluation,
+    SourceHealth,
+    StartReport,
+    Store,
+    StoreProblem,
+)
+from dashboard.monitoring import health as collector_state
+from streamoffsets.stores.reading import ReadPlan
+from streamoffsets.types import PipelineKey
+
+
+def store_read_plan(*, store: Store, now: datetime) -> ReadPlan:
+    """What the next poll of a store reads (three queries at most).
+
+    A pipeline's position is its newest imported batch, never past the future horizon, and just
+    before its oldest planned (not yet committed) checkpoint batch, so that one is read again.
+    The window behind it is searched for rows that arrived late; the batch times already
+    imported there are given so only the missing ones are fetched."""
+    now_ms = int(now.timestamp() * 1000)
+    plan = ReadPlan(
+        now_ms=now_ms, future_tolerance_ms=int(settings.FUTURE_BATCH_TOLERANCE_S * 1000),
+        late_window_ms=int(settings.LATE_BATCH_WINDOW_S * 1000), max_batches=settings.MAX_BATCHES_PER_CYCLE,
+        # Listing an HBase table is a skip scan over its row keys (and every malformed key): it
+        # runs every STORE_DISCOVERY_INTERVAL_S; the other stores list cheaply at every poll.
+        discover=store.kind != Store.Kind.HBASE or store.discovered_at is None
+        or (now - store.discovered_at).total_seconds() >= settings.STORE_DISCOVERY_INTERVAL_S,
+    )
+    rows = store.pipelines.all()
+    if store.kind == Store.Kind.CHECKPOINT:  # only checkpoints have planned batches
+        rows = rows.annotate(oldest_planned=Min("batches__batch_time_ms", filter=Q(batches__committed=False)))
+        rows = rows.values_list("pk", "topic", "group", "last_batch_ms", "oldest_planned")
+    else:
+        rows = rows.values_list("pk", "topic", "group", "last_batch_ms", Value(None, output_field=BigIntegerField()))
+    windows, keys = Q(pk__in=[]), {}
+    for pk, topic, group, ms, planned in rows:
+        key = PipelineKey(topic, group)
+        position = -1 if ms is None else min(ms, plan.horizon_ms)
+        if planned is not None:
+            position = min(position, planned - 1)
+        plan.positions[key] = position
+        if position >= 0 and plan.late_window_ms > 0:
+            windows |= Q(pipeline_id=pk, batch_time_ms__gte=position - plan.late_window_ms,
+                         batch_time_ms__lte=position)
+            keys[pk] = key
+    if keys:
+        for pk, ms in Batch.objects.filter(windows, committed=True).values_list("pipeline_id", "batch_time_ms"):
+            plan.recent.setdefault(keys[pk], set()).add(ms)
+    return plan
+
+
+def cluster_topics(*, cluster: Cluster) -> list[str]:
+    return sorted(set(Pipeline.objects.filter(store__cluster=cluster).values_list("topic", flat=True)))
+
+
+@dataclass
+class Freshness:
+    stale: bool
+    reasons: list[str] = field(default_factory=list)
+
+
+def _source_reasons(health: SourceHealth | None, what: str, now: datetime) -> list[str]:
+    if health is None or health.last_attempt_at is None:
+        return [f"{what} has not been collected yet"]
+    reasons = []
+    if health.consecutive_failures:
+        since = health.last_success_at.isoformat(timespec="seconds") if health.last_success_at else "never"
+        reasons.append(
+            f"{health.label}: the last {health.consecutive_failures} poll(s) failed (last success {since}): "
+            f"{health.last_error}"
+        )
+    elif health.last_success_at and (now - health.last_success_at).total_seconds() > settings.STALE_AFTER_S:
+        age = int((now - health.last_success_at).total_seconds())
+        reasons.append(f"{health.label} was last read {age} s ago")
+    return reasons
+
+
+def pipeline_freshness(*, pipeline: Pipeline, now: datetime | None = None) -> Freshness:
+    """Whether the numbers shown for a pipeline are current, and if not, why."""
+    now = now or timezone.now()
+    healths = {h.source: h for h in SourceHealth.objects.filter(
+        source__in=[f"store:{pipeline.store_id}", f"cluster:{pipeline.store.cluster_id}"]
+    )}
+    reasons = _source_reasons(healths.get(f"store:{pipeline.store_id}"), f"store {pipeline.store.name}", now)
+    reasons += _source_reasons(
+        healths.get(f"cluster:{pipeline.store.cluster_id}"), f"cluster {pipeline.store.cluster.name}", now
+    )
+    return Freshness(stale=bool(reasons), reasons=reasons)
+
+
+def collector_health(*, now: datetime | None = None) -> list[SourceHealth]:
+    """Every polled source (not the collectors' own rows), judged at `now`: each row carries
+    `state`, `healthy`, `poll_age_s` and `problem` (collector_health.source_state). Failing and
+    stale ones first. The collectors' own parts: collector_health.collector_health."""
+    now = now or timezone.now()
+    polled = set(collector_state.sources_polled())
+    rows = [collector_state.source_state(h, now=now, polled=h.source in polled) for h in
+            SourceHealth.objects.exclude(source__startswith=collector_state.COLLECTOR_PREFIX)]
+    return sorted(rows, key=lambda h: (h.healthy, -h.consecutive_failures, h.source))
+
+
+def collector_status(*, now: datetime | None = None) -> collector_state.CollectorHealth:
+    """The collector system (broker, beat, workers) and every source, derived at `now` from
+    timestamps: a stopped collector writes nothing, so nothing it would record can tell."""
+    return collector_state.collector_health(now=now or timezone.now())
+
+
+def broker_check() -> str:
+    """"" when Redis (the Celery broker) answers a PING within 2 s, else why not."""
+    broker = collector_state.broker_read()
+    return "" if broker.up else f"Redis does not answer: {broker.error}"
+
+
+def unreachable_sources() -> list[SourceHealth]:
+    return list(SourceHealth.objects.filter(consecutive_failures__gt=0)
+                .exclude(source__startswith=collector_state.COLLECTOR_PREFIX).order_by("source"))
+
+
+def stale_sources(*, now: datetime) -> list[SourceHealth]:
+    """Sources that answer no more: their last success is older than STALE_AFTER_S while their
+    polls do not fail (e.g. the collectors stopped): the numbers shown are old."""
+    return list(SourceHealth.objects.filter(
+        consecutive_failures=0, last_success_at__lt=now - timedelta(seconds=settings.STALE_AFTER_S)
+    ).exclude(source__startswith=collector_state.COLLECTOR_PREFIX).order_by("last_success_at"))
+
+
+def store_names() -> list[str]:
+    return list(Store.objects.order_by("name").values_list("name", flat=True))
+
+
+def kafka_client_config(*, cluster_name: str) -> dict | None:
+    """The librdkafka properties configured for a cluster (OFFSETWATCH_KAFKA_CLIENT_CONFIGS), None if none."""
+    return settings.KAFKA_CLIENT_CONFIGS.get(cluster_name) or None
+
+
+def cluster_names() -> list[str]:
+    return list(Cluster.objects.order_by("name").values_list("name", flat=True))
+
+
+def open_incidents() -> list[Incident]:
+    """The pipelines' own open incidents (a partition's is named in its pipeline's reasons, and
+    listed on the pipeline's page)."""
+    return list(Incident.objects.filter(closed_at=None, partition=None).select_related("pipeline")
+                .order_by("-worst_status", "opened_at"))
+
+
+def pipeline_incidents(*, pipeline: Pipeline, limit: int = 10) -> list[Incident]:
+    return list(pipeline.incidents.order_by("-opened_at")[:limit])
+
+
+def pipeline_get(*, pipeline_id: int) -> Pipeline:
+    return Pipeline.objects.select_related("store", "store__cluster").get(pk=pipeline_id)
+
+
+@dataclass
+class ImportProgress:
+    percent: int  # of the time between the oldest stored batch and now, imported so far
+    batches: int
+    imported_until: datetime
+
+
+def pipeline_import_progress(*, pipeline: Pipeline, now: datetime) -> ImportProgress | None:
+    """How far the first import of the store's retained history has come (None: not importing).
+    Batches are read oldest first, so the newest imported batch is how far the import got."""
+    if not pipeline.history_importing or pipeline.last_batch_ms is None:
+        return None
+    oldest = pipeline.batches.order_by("batch_time_ms").values_list("batch_time_ms", flat=True).first()
+    span = now.timestamp() * 1000 - oldest
+    done = pipeline.last_batch_ms - oldest
+    return ImportProgress(
+        percent=min(99, int(100 * done / span)) if span > 0 else 0,
+        batches=pipeline.batches.count(),
+        imported_until=datetime.fromtimestamp(pipeline.last_batch_ms / 1000, tz=dt_timezone.utc),
+    )
+
+
+def pipeline_start_reports(*, pipeline: Pipeline, limit: int = 10) -> list[StartReport]:
+    return list(pipeline.start_reports.order_by("-received_at")[:limit])
+
+
+def pipeline_evaluation(*, pipeline: Pipeline) -> PipelineEvaluation | None:
+    return PipelineEvaluation.objects.filter(pipeline=pipeline).first()
+
+
+@dataclass
+class BatchRow:
+    batch_time: datetime
+    batch_time_ms: int
+    offsets: list[int | None]
+    records: int | None
+    batch_id: int | None
+    committed: bool
+    # Seconds since the previous (older) batch: the job's cadence, batch by batch; None for the oldest.
+    gap_s: float | None = None
+
+
+def pipeline_batches(*, pipeline: Pipeline, page: int = 1, per_page: int = 50) -> tuple[Page, list[int], list[BatchRow]]:
+    """One page of the batch history, newest first, with one column per partition seen on it."""
+    # `pipeline` among the loaded fields: the related manager sets it on every row, and a deferred
+    # foreign key made that one query per row (50 per page).
+    paginator = Paginator(pipeline.batches.order_by("-batch_time_ms").only(
+        "pipeline", "batch_time_ms", "offsets", "records", "batch_id", "committed"), per_page)
+    page_obj = paginator.get_page(page)
+    batches: list[Batch] = list(page_obj.object_list)
+    partitions = sorted({int(p) for b in batches for p in b.offsets})
+    # The cadence of the page's oldest row needs the batch just before it (on the next page).
+    before = None
+    if batches:
+        before = pipeline.batches.filter(batch_time_ms__lt=batches[-1].batch_time_ms).order_by(
+            "-batch_time_ms").values_list("batch_time_ms", flat=True).first()
+    older_ms = [b.batch_time_ms for b in batches[1:]] + [before]
+    rows = [
+        BatchRow(
+            batch_time=datetime.fromtimestamp(b.batch_time_ms / 1000, tz=dt_timezone.utc),
+            batch_time_ms=b.batch_time_ms,
+            offsets=[b.offsets.get(str(p)) for p in partitions],
+            records=b.records,
+            batch_id=b.batch_id,
+            committed=b.committed,
+            gap_s=None if prev is None else (b.batch_time_ms - prev) / 1000,
+        )
+        for b, prev in zip(batches, older_ms)
+    ]
+    return page_obj, partitions, rows
+
+
+def pipeline_lag_series(*, pipeline: Pipeline, since: datetime) -> list[tuple[datetime, int]]:
+    return list(
+        pipeline.lag_samples.filter(sampled_at__gte=since).order_by("sampled_at").values_list("sampled_at", "total_lag")
+    )
+
+
+def store_problems(*, store: Store, limit: int = 20) -> list[StoreProblem]:
+    return list(store.problems.order_by("-last_seen_at")[:limit])
+
+
+def pipeline_with_evaluation(*, pipeline_id: int) -> Pipeline:
+    """One pipeline with store, cluster and evaluation in one query (DoesNotExist if none)."""
+    return Pipeline.objects.select_related("store", "store__cluster", "evaluation").get(pk=pipeline_id)
+
+
+def pipeline_batches_keyset(
+    *, pipeline: Pipeline, from_ms: int | None = None, to_ms: int | None = None, before_ms: int | None = None,
+    limit: int = 100,
+) -> tuple[list[Batch], bool]:
+    """Batches with from_ms <= time < to_ms, newest first, at most `limit`, older than before_ms
+    (the cursor: batch times are unique per pipeline). Returns (batches, whether more follow).
+    Keyset, not OFFSET: page 1,000 of a long history costs what page 1 costs (batch_pipeline_time)."""
+    rows = pipeline.batches.all()
+    if from_ms is not None:
+        rows = rows.filter(batch_time_ms__gte=from_ms)
+    if to_ms is not None:
+        rows = rows.filter(batch_time_ms__lt=to_ms)
+    if before_ms is not None:
+        rows = rows.filter(batch_time_ms__lt=before_ms)
+    # `pipeline` loaded too: the related manager sets it on every row (deferred, a query per row).
+    found = list(rows.order_by("-batch_time_ms").only(
+        "pipeline", "batch_time_ms", "offsets", "records", "batch_id", "committed")[:limit + 1])
+    return found[:limit], len(found) > limit
+
+
+def pipeline_lag_points(*, pipeline: Pipeline, since: datetime, until: datetime) -> list[tuple[int, int]]:
+    """(epoch ms, total lag) of every sample with since <= sampled_at < until, oldest first."""
+    rows = pipeline.lag_samples.filter(sampled_at__gte=since, sampled_at__lt=until).order_by("sampled_at")
+    return [(int(at.timestamp() * 1000), lag) for at, lag in rows.values_list("sampled_at", "total_lag").iterator(
+        chunk_size=10_000)]
+
+
+def newest_batches(
+    *, pipeline_ids: list[int], committed_only: bool = False,
+) -> dict[int, tuple[int, dict[str, int]]]:
+    """Each pipeline's newest batch (time, offsets), in one query (an indexed subquery each).
+    `committed_only`: skip planned checkpoint batches (offsets/N without commits/N)."""
+    newest = Batch.objects.filter(pipeline=OuterRef("pk")).order_by("-batch_time_ms")
+    if committed_only:
+        newest = newest.filter(committed=True)
+    rows = Pipeline.objects.filter(pk__in=pipeline_ids).annotate(
+        newest_ms=Subquery(newest.values("batch_time_ms")[:1]),
+        newest_offsets=Subquery(newest.values("offsets")[:1], output_field=JSONField()),
+    ).values_list("pk", "newest_ms", "newest_offsets")
+    return {pk: (ms, offsets) for pk, ms, offsets in rows if ms is not None}
+
+
+class Committed(NamedTuple):
+    """A pipeline's newest committed batch: its time and offsets, read together (a sample that took
+    the offsets from one read and the batch time from another could see batches "come" while
+    the offsets stood still: a false STALLED)."""
+
+    batch_ms: int
+    offsets: dict[int, int]
+
+
+def committed_offsets(*, pipeline_ids: list[int]) -> dict[int, Committed]:
+    """Each pipeline's newest COMMITTED batch: pipeline id -> (batch time, partition -> offset).
+    A checkpoint's planned batch (offsets/N, no commits/N yet) is not where the query stands: a
+    restart re-runs it from the batch before, so lag and state come from that one (issue #13)."""
+    return {pk: Committed(ms, {int(p): o for p, o in offsets.items()})
+            for pk, (ms, offsets) in newest_batches(pipeline_ids=pipeline_ids, committed_only=True).items()}
+
+
+def cluster_committed(*, cluster: Cluster, topics: list[str]) -> tuple[dict[int, str], dict[int, Committed]]:
+    """The cluster's pipelines reading `topics` (id -> topic) and their newest stored batches."""
+    pipelines = dict(Pipeline.objects.filter(store__cluster=cluster, topic__in=topics).values_list("pk", "topic"))
+    return pipelines, committed_offsets(pipeline_ids=list(pipelines))
+
+
+def record_positions(
+    *, topics: dict[int, str], committed: dict[int, dict[int, int]], marks: dict[str, dict[int, tuple[int, int]]]
+) -> tuple[list[tuple[str, int, int]], set[tuple[str, int, int]]]:
+    """The committed positions whose records' timestamps give lag in seconds: every distinct
+    (topic, partition, offset) at which a pipeline (`topics`: id -> topic, with its `committed`
+    offsets) has unread records (low <= offset < high in `marks`: topic -> partition -> (low,
+    high)), most lagging first. Several groups on one partition give several positions, each
+    group's own. Returns (those positions, the lagging positions below the low watermark: their
+    records were deleted by retention, nothing to read)."""
+    lag: dict[tuple[str, int, int], int] = {}
+    deleted: set[tuple[str, int, int]] = set()
+    for pk, offsets in committed.items():
+        topic = topics.get(pk)
+        topic_marks = marks.get(topic, {})
+        for p, offset in offsets.items():
+            low_high = topic_marks.get(p)
+            if not isinstance(offset, int) or low_high is None or offset >= low_high[1]:
+                continue
+            if offset < low_high[0]:
+                deleted.add((topic, p, offset))
+            else:
+                lag[(topic, p, offset)] = low_high[1] - offset
+    return sorted(lag, key=lag.__getitem__, reverse=True), deleted
+
