@@ -21,16 +21,30 @@ from __future__ import annotations
 import hashlib
 import struct
 import threading
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from devstack.hbase.filters import Filters, UnsupportedFilter, parse_filter_string
 from devstack.hbase.idl import (
-    LATEST_TIMESTAMP, MAX_ROW_LENGTH, AlreadyExists, HbaseIOError, IllegalArgument, TCell,
-    TRegionInfo, TRowResult, now_ms, row_result,
+    LATEST_TIMESTAMP,
+    MAX_ROW_LENGTH,
+    AlreadyExists,
+    HbaseIOError,
+    IllegalArgument,
+    TCell,
+    TRegionInfo,
+    TRowResult,
+    now_ms,
+    row_result,
 )
 from devstack.hbase.scanners import Scanner, Scanners
 from devstack.hbase.table_store import (
-    ColumnSpec, Family, Table, family_from_descriptor, parse_column, table_qualifier, to_bytes,
+    ColumnSpec,
+    Family,
+    Table,
+    family_from_descriptor,
+    parse_column,
+    table_qualifier,
+    to_bytes,
 )
 from devstack.hbase.thrift_safe import thrift_safe
 

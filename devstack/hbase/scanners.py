@@ -9,8 +9,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 from devstack.hbase.filters import Filters
 from devstack.hbase.idl import IllegalArgument, TRowResult, row_result

@@ -10,7 +10,13 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from devstack.hbase.idl import FOREVER, Cell, ColumnDescriptor, HbaseIOError, IllegalArgument
+from devstack.hbase.idl import (
+    FOREVER,
+    Cell,
+    ColumnDescriptor,
+    HbaseIOError,
+    IllegalArgument,
+)
 
 # Compression.Algorithm names (looked up lower-case by HBase, reported upper-case) and BloomType
 # values (matched exactly, like `BloomType.valueOf`).

@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from thriftpy2.thrift import TApplicationException
 
-from devstack.hbase.idl import AlreadyExists, Hbase_thrift, HbaseIOError, IllegalArgument
+from devstack.hbase.idl import (
+    AlreadyExists,
+    Hbase_thrift,
+    HbaseIOError,
+    IllegalArgument,
+)
 
 logger = logging.getLogger(__name__)
 
