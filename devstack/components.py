@@ -186,7 +186,7 @@ class Stack:
             Component(
                 "hbase",
                 p.hbase,
-                [sys.executable, "-m", "devstack.hbase_standin", "--host", LOOPBACK, "--port", str(p.hbase)],
+                [sys.executable, "-m", "devstack.hbase", "--host", LOOPBACK, "--port", str(p.hbase)],
                 _hbase_ready(p.hbase),
                 env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
             ),

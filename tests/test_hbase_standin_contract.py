@@ -1,6 +1,6 @@
 """Contract tests: HBase's documented semantics, driven through happybase over Thrift.
 
-They run against the local stand-in (`devstack.hbase_standin`) by default and against a real
+They run against the local stand-in (`devstack.hbase`) by default and against a real
 HBase Thrift server when `HBASE_THRIFT_URL=host:port` is set, so everything above the
 "stand-in only" section relies on documented HBase / HBase Thrift 1 behaviour only. Each test
 creates its own uniquely named tables and deletes them at the end.
@@ -460,7 +460,7 @@ def test_standin_unimplemented_call_is_an_ioerror(stack, conn, make_table):
 def test_standin_framed_compact_in_process():
     """make_server's transport/protocol switches, served in-process on a free port."""
     from devstack.components import free_port
-    from devstack.hbase_standin import make_server, start_in_thread, stop_server
+    from devstack.hbase.server import make_server, start_in_thread, stop_server
 
     port = free_port()
     server = make_server("127.0.0.1", port, framed=True, compact=True)
@@ -481,7 +481,7 @@ def test_standin_cli_exits_cleanly_on_sigterm():
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "devstack.hbase_standin", "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-m", "devstack.hbase", "--host", "127.0.0.1", "--port", str(port)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         cwd=Path(__file__).resolve().parent.parent,
     )
