@@ -157,9 +157,9 @@ def main() -> None:
     fresh_django_database(DB)
     from pages import build
 
+    from dashboard import heavy
     from dashboard.accounts.roles import VIEWER
     from dashboard.charts import cache as chart_cache
-    from dashboard.web import heavy
     from devstack.deployment import HttpSession
     from tests.factories import person
 

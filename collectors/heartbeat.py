@@ -9,7 +9,7 @@ import time
 import redis
 from django.conf import settings
 
-from collectors.redis_keys import BEAT_SENT_KEY
+from dashboard.monitoring.redis_keys import BEAT_SENT_KEY
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 import redis
 from django.conf import settings
 
-from collectors.redis_keys import POLL_LOCK_PREFIX, POLLING_KEY, QUEUED_PREFIX
+from dashboard.monitoring.redis_keys import POLL_LOCK_PREFIX, POLLING_KEY, QUEUED_PREFIX
 
 log = logging.getLogger(__name__)
 

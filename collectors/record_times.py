@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import redis
 from django.conf import settings
 
-from collectors.redis_keys import RECORD_TIMES_PREFIX
+from dashboard.monitoring.redis_keys import RECORD_TIMES_PREFIX
 from dashboard.monitoring.selectors import kafka_client_config, record_positions
 from streamoffsets.errors import OffsetStoreError
 from streamoffsets.stores.reading import read_record_timestamps

@@ -15,7 +15,7 @@ from django.db import transaction
 from dashboard.accounts.tokens import api_token_revoke, pipeline_token_revoke
 from dashboard.audit.services import audit_append, changed_values, model_snapshot, request_actor
 from dashboard.models import ApiToken, Cluster, Incident, Pipeline, PipelineToken, SourceHealth, StartReport, Store, StoreProblem
-from dashboard.web.forms import StoreAdminForm
+from dashboard.monitoring.forms import StoreAdminForm
 
 
 def _related_names(obj, field) -> list[str]:
@@ -319,3 +319,45 @@ class AuditedGroupAdmin(AuditedAdmin, GroupAdmin):
     def audit_deletion_details(self, obj) -> dict:
         # Its members lose what it granted.
         return {"members": sorted(obj.user_set.values_list("username", flat=True))}
+
+
+# django-axes' models, audited: registered from the app's ready(), after the admin registered axes' own.
+def register_lockout_admin() -> None:
+    """Replace axes' admins with audited ones (every admin is: tests/test_audit_coverage.py walks
+    the registry). Deleting access attempts is an unlock when one was in force, named with the
+    admin who did it; attempts and failure logs are read-only rows whose deletion is audited;
+    the success log is off (AXES_DISABLE_ACCESS_LOG), so its admin is not shown. Called from the
+    app's ready(), after the admin registered axes'."""
+    from axes.admin import AccessAttemptAdmin, AccessFailureLogAdmin
+    from axes.models import AccessAttempt, AccessFailureLog, AccessLog
+    from django.contrib import admin
+
+    from dashboard.accounts.lockout import attempt_subject, unlocking_by
+    from dashboard.audit.services import request_actor
+
+    class AuditedAccessAttemptAdmin(ReadOnlyAuditedAdmin, AccessAttemptAdmin):
+        audit_kind = "login_attempt"
+
+        def audit_subject(self, obj) -> str:
+            return f"login attempts {attempt_subject(obj.username or '', obj.ip_address)}"
+
+        def delete_model(self, request, obj):
+            with unlocking_by(**request_actor(request)):
+                super().delete_model(request, obj)
+
+        def delete_queryset(self, request, queryset):
+            with unlocking_by(**request_actor(request)):
+                super().delete_queryset(request, queryset)
+
+    class AuditedAccessFailureLogAdmin(ReadOnlyAuditedAdmin, AccessFailureLogAdmin):
+        audit_kind = "login_failure"
+
+        def audit_subject(self, obj) -> str:
+            return f"login failure {attempt_subject(obj.username or '', obj.ip_address)}"
+
+    for model, model_admin in ((AccessAttempt, AuditedAccessAttemptAdmin),
+                               (AccessFailureLog, AuditedAccessFailureLogAdmin), (AccessLog, None)):
+        if admin.site.is_registered(model):
+            admin.site.unregister(model)
+        if model_admin is not None:
+            admin.site.register(model, model_admin)

@@ -8,6 +8,7 @@ class DashboardConfig(AppConfig):
     def ready(self):
         # Login throttling: the audit of lockouts (signal receivers) and an audited admin of
         # django-axes' attempts; the admin has registered axes' own by now (it comes first).
-        from dashboard.accounts import lockout
+        from dashboard.accounts import lockout  # noqa: F401  (its signal receivers audit lockouts)
+        from dashboard.admin import register_lockout_admin
 
-        lockout.register_admin()
+        register_lockout_admin()

@@ -3,20 +3,23 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from dashboard.exports.services import EXPORT_RUN_TASK
+from dashboard.notifications.services import NOTIFY_DELIVER_TASK
+
 # A 30-day export of a busy pipeline takes minutes; the hard limit bounds a stuck one (prune
 # marks a job still "running" after that as failed).
 SOFT_LIMIT_S = 3600
 HARD_LIMIT_S = SOFT_LIMIT_S + 60
 
 
-@shared_task(name="dashboard.tasks.export_run", ignore_result=True, soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
+@shared_task(name=EXPORT_RUN_TASK, ignore_result=True, soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
 def export_run(job_id: int) -> None:
     from dashboard.exports.services import export_job_run
 
     export_job_run(job_id=job_id)
 
 
-@shared_task(bind=True, name="dashboard.tasks.notify_deliver", ignore_result=True, soft_time_limit=120, time_limit=150)
+@shared_task(bind=True, name=NOTIFY_DELIVER_TASK, ignore_result=True, soft_time_limit=120, time_limit=150)
 def notify_deliver(self, channel: str, message: dict) -> None:
     """Deliver one notification on one channel (dashboard.notifications.services); transient failures are retried
     with growing pauses, and the last one is logged, never raised further."""

@@ -183,8 +183,8 @@ INSTALLED_APPS = [
 ]
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    # PostgreSQL away: 503 (JSON under /api/) instead of a server error (dashboard/web/unavailable.py).
-    "dashboard.web.unavailable.DatabaseUnavailableMiddleware",
+    # PostgreSQL away: 503 (JSON under /api/) instead of a server error (dashboard/unavailable.py).
+    "dashboard.unavailable.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -438,7 +438,7 @@ LOGGING["loggers"]["axes"] = {"level": "WARNING"}
 # defaults (SECURE_CONTENT_TYPE_NOSNIFF, SECURE_REFERRER_POLICY); tests/test_headers.py holds them.
 # Outside every middleware that may answer by itself (the database's 503 included), inside
 # SecurityMiddleware and WhiteNoise (static files keep their own caching).
-_headers_at = MIDDLEWARE.index("dashboard.web.unavailable.DatabaseUnavailableMiddleware")
+_headers_at = MIDDLEWARE.index("dashboard.unavailable.DatabaseUnavailableMiddleware")
 MIDDLEWARE[_headers_at:_headers_at] = ["csp.middleware.CSPMiddleware", "dashboard.web.headers.NoStoreMiddleware"]
 # axes turns a refused login into its answer: last, as its documentation asks.
 MIDDLEWARE.append("axes.middleware.AxesMiddleware")

@@ -2,12 +2,10 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from dashboard.audit import views as audit_views
-from dashboard.rewinds import views as rewind_views
-from dashboard.web import views
+from dashboard.web import audit_views, rewind_views, views
 
-# A server error: a database one is a 503, an API one stays JSON (dashboard/web/unavailable.py).
-handler500 = "dashboard.web.unavailable.server_error"
+# A server error: a database one is a 503, an API one stays JSON (dashboard/unavailable.py).
+handler500 = "dashboard.unavailable.server_error"
 
 urlpatterns = [
     path("", views.overview, name="overview"),

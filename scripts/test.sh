@@ -4,6 +4,12 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/setup.sh --test
+
+# Lint first (seconds): ruff for the code, import-linter for the layering contracts (pyproject.toml).
+echo "test: ruff"
+.venv/bin/ruff check --no-cache .
+echo "test: import-linter"
+.venv/bin/lint-imports --no-cache
 SUDO=""
 [[ $(id -u) -ne 0 ]] && SUDO="sudo"
 

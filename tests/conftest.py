@@ -90,8 +90,8 @@ def collectors_ticking(db):
     from django.conf import settings
     from django.utils import timezone
 
-    from collectors.redis_keys import BEAT_SENT_KEY
     from dashboard.monitoring import health as collector_health
+    from dashboard.monitoring.redis_keys import BEAT_SENT_KEY
     from dashboard.monitoring.services import source_health_record
 
     try:
@@ -111,8 +111,8 @@ def _fresh_chart_cache_and_heavy_slots(request):
         return
     import redis
 
+    from dashboard import heavy
     from dashboard.charts import cache as chart_cache
-    from dashboard.web import heavy
 
     def reset() -> None:
         try:

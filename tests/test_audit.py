@@ -152,7 +152,7 @@ def test_filters_narrow_the_page(client, alice, unique_name):
 
 
 @pytest.mark.parametrize("query,field,message", [
-    ({"pipeline": "abc"}, "pipeline", "'abc' is not a whole number from 1 to"),  # dashboard.web.params
+    ({"pipeline": "abc"}, "pipeline", "'abc' is not a whole number from 1 to"),  # dashboard.params
     ({"since": "yesterday"}, "since", "not a date-time"),
     ({"since": "2026-01-02T00:00", "until": "2026-01-01T00:00"}, "until", "must be after"),
     ({"action": "rewind.sideways"}, "action", "Select a valid choice"),

@@ -17,7 +17,7 @@ from dashboard.accounts.roles import VIEWER
 from dashboard.charts import render as charts
 from dashboard.charts.selectors import chart_markers, pipeline_chart_table
 from dashboard.models import Incident, StartReport
-from dashboard.web.params import ChartParams, TimeRange
+from dashboard.params import ChartParams, TimeRange
 from streamoffsets.evaluation import Status, lag_seconds, lag_seconds_series
 from tests.factories import person, pipeline_row, samples_bulk
 

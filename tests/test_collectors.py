@@ -225,7 +225,7 @@ def beat_sent(at) -> None:
     import redis
     from django.conf import settings
 
-    from collectors.redis_keys import BEAT_SENT_KEY
+    from dashboard.monitoring.redis_keys import BEAT_SENT_KEY
 
     client = redis.Redis.from_url(settings.REDIS_URL)
     if at is None:

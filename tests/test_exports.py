@@ -17,9 +17,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from dashboard.accounts.roles import VIEWER
-from dashboard.exports import views as exports
+from dashboard.exports.formats import ImageExportFailed, chromium_path
 from dashboard.exports.services import export_job_create, export_job_run, export_jobs_prune
 from dashboard.models import Batch, ExportJob
+from offsetwatch.lib.streaming import csv_cell
 from tests.factories import person, pipeline_row, samples_bulk
 
 pytestmark = pytest.mark.django_db
@@ -180,7 +181,7 @@ def test_hostile_names_are_neutralised_in_every_cell_and_file_name(client, alice
 
 
 def test_a_negative_lag_stays_a_number_not_a_quoted_formula():
-    assert exports.csv_cell(-5) == -5 and exports.csv_cell("-5") == "'-5" and exports.csv_cell(None) == ""
+    assert csv_cell(-5) == -5 and csv_cell("-5") == "'-5" and csv_cell(None) == ""
 
 
 # --- parameters -----------------------------------------------------------------------------------
@@ -282,7 +283,7 @@ def test_the_export_service_writes_the_file_with_progress_and_the_owner_download
 
 
 def test_a_chart_export_job_writes_the_chart_rows(alice, settings, tmp_path, charted):
-    from dashboard.web.params import TimeRange
+    from dashboard.params import TimeRange
 
     settings.EXPORT_DIR = tmp_path
     now = timezone.now()
@@ -326,15 +327,15 @@ def test_prune_removes_expired_exports_and_their_files_and_fails_orphaned_ones(a
 
 
 def exports_range_all():
-    from dashboard.web.params import TimeRange
+    from dashboard.params import TimeRange
 
     return TimeRange(None, timezone.now(), "all")
 
 
 def test_a_missing_chromium_is_named_before_kaleido_starts(settings):
     settings.CHROMIUM_PATH = "/nonexistent/chromium"
-    with pytest.raises(exports.ImageExportFailed, match="no Chromium at /nonexistent/chromium"):
-        exports.chromium_path()
+    with pytest.raises(ImageExportFailed, match="no Chromium at /nonexistent/chromium"):
+        chromium_path()
 
 
 def test_chart_data_over_the_inline_limit_is_refused_unless_downsampled(client, alice, settings, charted):

@@ -5,7 +5,7 @@ answer under /api/ is JSON.
 Each GET route lists its parameters in PARAMS (a route missing from it fails the test, as in
 tests/test_security.py); each parameter is tried alone with every hostile value of its kind and
 of the generic kind, then every route gets random combinations (seeded) with repeated parameters.
-Chart images are not rendered here (exports.render_image stubbed: the parameters are the subject,
+Chart images are not rendered here (render_image stubbed: the parameters are the subject,
 not Chromium).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from urllib.parse import quote
 import pytest
 from django.urls import resolve, reverse
 
-from dashboard.exports import views as exports
+from dashboard.web import views as web_views
 from tests.factories import security_world
 from tests.test_security import MATRIX, example_path, site_routes
 
@@ -128,7 +128,7 @@ def test_every_get_route_lists_its_parameters():
 
 @pytest.fixture
 def world(unique_name, tmp_path, monkeypatch):
-    monkeypatch.setattr(exports, "render_image", lambda fig, *, fmt, width, height: b"<svg/>")
+    monkeypatch.setattr(web_views, "render_image", lambda fig, *, fmt, width, height: b"<svg/>")
     return security_world(unique_name, tmp_path)
 
 

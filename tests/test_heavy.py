@@ -14,11 +14,11 @@ from django.db import close_old_connections, connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from dashboard import heavy
 from dashboard.charts import cache as chart_cache
 from dashboard.charts import render as charts
 from dashboard.models import ExportJob, LagSample
-from dashboard.web import heavy
-from dashboard.web.params import ChartParams, TimeRange
+from dashboard.params import ChartParams, TimeRange
 from devstack.components import free_port
 from tests.factories import person, pipeline_row, samples_bulk
 
@@ -311,6 +311,6 @@ def test_a_range_at_the_end_of_the_calendar_is_drawn_as_asked_not_widened_past_i
                           {"from": "9999-12-02T00:00+00:00", "to": "9999-12-31T23:30+00:00"})
     assert response.status_code == 200
     # The latest instant accepted is 9999-12-30T23:59:59.999Z (a day inside Python's limits, so it
-    # can be shown in any time zone: dashboard/web/params.py); widened to its whole step it still ends
+    # can be shown in any time zone: dashboard/params.py); widened to its whole step it still ends
     # in year 9999.
     assert "to 9999-12-31 00:00" in response.json()["layout"]["title"]["text"]

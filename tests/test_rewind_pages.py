@@ -36,7 +36,7 @@ def test_only_operators_open_the_request_form(p):
     ({"kind": "offsets", "offsets": "0:1, 0:2"}, "partition 0 is given twice"),
     ({"kind": "offsets", "offsets": "0:99999999999999999999"}, "too large for Kafka"),
     ({"kind": "shift", "shift": "0"}, "other than 0"),
-    ({"kind": "shift", "shift": "1e999"}, "&#x27;1e999&#x27; is not a whole number from"),  # dashboard.web.params
+    ({"kind": "shift", "shift": "1e999"}, "&#x27;1e999&#x27; is not a whole number from"),  # dashboard.params
     ({"kind": "shift", "shift": "٣"}, "&#x27;٣&#x27; is not a whole number from"),
     ({"kind": "time", "time": "yesterday"}, "&#x27;yesterday&#x27; is not a date-time"),
     ({"kind": "time"}, "give the point in time"),

@@ -1,4 +1,4 @@
-"""The 503 answered while the database is away (dashboard/web/unavailable.py), at the seam where the
+"""The 503 answered while the database is away (dashboard/unavailable.py), at the seam where the
 connection error appears: the query. tests/test_deployed.py stops a real PostgreSQL under gunicorn."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every parameter and job payload validated in one place (dashboard/web/params.py, dashboard/api/payloads.py):
+"""Every parameter and job payload validated in one place (dashboard/params.py, dashboard/api/payloads.py):
 times from year 1 to 9999 with any offset are accepted (clamped, never an overflow), bad values are
 a 400 naming the parameter or the field's path, and every /api/ error is JSON."""
 from __future__ import annotations
@@ -13,11 +13,11 @@ from django.http import QueryDict
 from django.test import Client
 from django.urls import reverse
 
+from dashboard import params
 from dashboard.accounts.roles import VIEWER
 from dashboard.accounts.tokens import pipeline_token_issue
 from dashboard.api import payloads
 from dashboard.models import StartReport
-from dashboard.web import params
 from tests.factories import offline_pipeline, person
 
 UTC = timezone.utc

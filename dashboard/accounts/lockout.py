@@ -84,7 +84,7 @@ def lockout_response(request, original_response=None, credentials=None):
     return response
 
 
-def _subject(username: str, ip_address) -> str:
+def attempt_subject(username: str, ip_address) -> str:
     return f"login of {username!r} from {ip_address}"[:500]
 
 
@@ -117,7 +117,7 @@ def audit_locked_out(sender, request, username, ip_address, **kwargs):
     Judged from the log itself, not from the failure count reaching exactly the limit, which two
     concurrent failures can jump over."""
     username = (username or "")[:150]
-    subject = _subject(username, ip_address)
+    subject = attempt_subject(username, ip_address)
     if _latest_event(subject) == LOCKED_OUT:  # (after an unlock, a new lockout is a new event)
         return
     audit_append(
@@ -160,7 +160,7 @@ def audit_unlocked(sender, instance: AccessAttempt, **kwargs):
     if pair is None or not _in_force(pair):
         return
     username = (instance.username or "")[:150]
-    subject = _subject(username, instance.ip_address)
+    subject = attempt_subject(username, instance.ip_address)
     if _latest_event(subject) == UNLOCKED:  # another row of the same pair, in the same deletion
         return
     who = _unlocker.get() or {"actor": "unknown (attempts deleted outside the admin and manage.py axes_reset*)"}
@@ -168,44 +168,3 @@ def audit_unlocked(sender, instance: AccessAttempt, **kwargs):
         **who, action=UNLOCKED, subject=subject,
         details={"username": username, "ip_address": instance.ip_address, "failures": pair["failures"]},
     )
-
-
-def register_admin() -> None:
-    """Replace axes' admins with audited ones (every admin is: tests/test_audit_coverage.py walks
-    the registry). Deleting access attempts is an unlock when one was in force, named with the
-    admin who did it; attempts and failure logs are read-only rows whose deletion is audited;
-    the success log is off (AXES_DISABLE_ACCESS_LOG), so its admin is not shown. Called from the
-    app's ready(), after the admin registered axes'."""
-    from axes.admin import AccessAttemptAdmin, AccessFailureLogAdmin
-    from axes.models import AccessFailureLog, AccessLog
-    from django.contrib import admin
-
-    from dashboard.admin import ReadOnlyAuditedAdmin
-    from dashboard.audit.services import request_actor
-
-    class AuditedAccessAttemptAdmin(ReadOnlyAuditedAdmin, AccessAttemptAdmin):
-        audit_kind = "login_attempt"
-
-        def audit_subject(self, obj) -> str:
-            return f"login attempts {_subject(obj.username or '', obj.ip_address)}"
-
-        def delete_model(self, request, obj):
-            with unlocking_by(**request_actor(request)):
-                super().delete_model(request, obj)
-
-        def delete_queryset(self, request, queryset):
-            with unlocking_by(**request_actor(request)):
-                super().delete_queryset(request, queryset)
-
-    class AuditedAccessFailureLogAdmin(ReadOnlyAuditedAdmin, AccessFailureLogAdmin):
-        audit_kind = "login_failure"
-
-        def audit_subject(self, obj) -> str:
-            return f"login failure {_subject(obj.username or '', obj.ip_address)}"
-
-    for model, model_admin in ((AccessAttempt, AuditedAccessAttemptAdmin),
-                               (AccessFailureLog, AuditedAccessFailureLogAdmin), (AccessLog, None)):
-        if admin.site.is_registered(model):
-            admin.site.unregister(model)
-        if model_admin is not None:
-            admin.site.register(model, model_admin)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.http import JsonResponse
 
-from dashboard.web.unavailable import is_api
+from dashboard.unavailable import is_api
 
 _MESSAGES = {
     400: "bad request",

@@ -5,7 +5,7 @@ the document against these views). People use their session; machines send an AP
 (`Authorization: Bearer owu_...`, manage.py issue_api_token) acting with its user's roles; jobs
 report starts with their pipeline token (owp_). Every error is JSON {"error": "..."}: 400 names
 the parameter and the value, 401 without credentials, 403 without the role, 404 unknown ids,
-503 with Retry-After while the database is unavailable (dashboard/web/unavailable.py).
+503 with Retry-After while the database is unavailable (dashboard/unavailable.py).
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
+from dashboard import params
 from dashboard.accounts.roles import VIEWER, bearer_token, role_required
 from dashboard.accounts.tokens import pipeline_token_actor, pipeline_token_for
 from dashboard.api import payloads
@@ -39,7 +40,6 @@ from dashboard.monitoring.selectors import (
 )
 from dashboard.rewinds import services as rewinds
 from dashboard.rewinds.start_reports import InvalidReport, start_report_record
-from dashboard.web import params
 from offsetwatch.lib import downsample
 from streamoffsets.evaluation import Status
 from streamoffsets.urls import mask_secrets

@@ -23,8 +23,8 @@ from datetime import timezone as dt_timezone
 import redis
 from django.conf import settings
 
-from dashboard.web.heavy import redis_client
-from dashboard.web.params import ChartParams, TimeRange
+from dashboard.heavy import redis_client
+from dashboard.params import ChartParams, TimeRange
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from dashboard.charts.selectors import ChartTable, Marker, chart_markers, pipeline_chart_table
 from dashboard.models import Pipeline
-from dashboard.web.params import ChartParams, TimeRange
+from dashboard.params import ChartParams, TimeRange
 from offsetwatch.lib.downsample import minmax_buckets
 from streamoffsets.visible import visible
 

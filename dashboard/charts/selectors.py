@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from dashboard.models import Pipeline, WatermarkSample
-from dashboard.web.params import shifted
+from dashboard.params import shifted
 from offsetwatch.lib.packing import NONE, unpack, unpack_partitions
 from streamoffsets import evaluation
 

@@ -23,8 +23,8 @@ from datetime import timezone as dt_timezone
 import redis
 from django.conf import settings
 
-from collectors.redis_keys import BEAT_SENT_KEY, POLL_LOCK_PREFIX, POLLING_KEY
 from dashboard.models import Cluster, SourceHealth, Store
+from dashboard.monitoring.redis_keys import BEAT_SENT_KEY, POLL_LOCK_PREFIX, POLLING_KEY
 
 COLLECTOR_PREFIX = "collector:"
 BEAT_SOURCE = "collector:beat"  # the SourceHealth row collect_all writes each time it runs

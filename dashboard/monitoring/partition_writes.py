@@ -16,7 +16,7 @@ import logging
 
 import redis
 
-from dashboard.web.heavy import redis_client
+from dashboard.heavy import redis_client
 
 log = logging.getLogger(__name__)
 

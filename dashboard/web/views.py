@@ -14,13 +14,24 @@ from django.utils import timezone
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_POST
 
+from dashboard import heavy, params
 from dashboard.accounts.roles import OPERATOR, VIEWER, role_required, user_has_role
 from dashboard.api import metrics
 from dashboard.charts import cache as chart_cache
 from dashboard.charts import render as charts
 from dashboard.charts.selectors import chart_series_count, lag_sample_count
 from dashboard.exports import selectors as export_selectors
-from dashboard.exports import views as exports
+from dashboard.exports.formats import (
+    IMAGE_TYPES,
+    ImageExportFailed,
+    batches_table,
+    chart_json,
+    chart_table_rows,
+    download_name,
+    export_preamble,
+    range_ms,
+    render_image,
+)
 from dashboard.exports.selectors import batch_export_count, batch_export_width, export_job_done
 from dashboard.exports.services import ExportQueueFull, export_job_create
 from dashboard.models import ExportJob, Pipeline
@@ -43,8 +54,8 @@ from dashboard.monitoring.selectors import (
     unreachable_sources,
 )
 from dashboard.rewinds.selectors import pipeline_rewinds
-from dashboard.web import heavy, params
 from dashboard.web.forms import OverviewFilterForm
+from offsetwatch.lib.streaming import csv_stream
 from streamoffsets.urls import mask_secrets
 
 
@@ -243,7 +254,7 @@ def _figure(*, pipeline: Pipeline, chart_params: params.ChartParams, tz):
 def _image(*, pipeline: Pipeline, chart_params: params.ChartParams, tz, fmt: str, width: int, height: int) -> bytes:
     fig = _figure(pipeline=pipeline, chart_params=chart_params, tz=tz)
     fig.update_layout(height=height, width=width)
-    return exports.render_image(fig, fmt=fmt, width=width, height=height)
+    return render_image(fig, fmt=fmt, width=width, height=height)
 
 
 @require_GET
@@ -267,13 +278,13 @@ def pipeline_chart_image(request, pipeline_id: int, fmt: str):
                                                              fmt=fmt, width=width, height=height))
         except heavy.Busy as exc:
             return heavy.busy_response(request, exc)
-        except exports.ImageExportFailed as exc:
+        except ImageExportFailed as exc:
             return HttpResponse(f"the chart image could not be made: {exc}", status=503,
                                 content_type="text/plain; charset=utf-8")
         chart_cache.put(cached, image)
-    name = exports.download_name(pipeline=pipeline, what=f"{chart_params.kind}-{chart_params.unit}",
+    name = download_name(pipeline=pipeline, what=f"{chart_params.kind}-{chart_params.unit}",
                                  time_range=chart_params.range, ext=fmt)
-    return _attachment(HttpResponse(image, content_type=exports.IMAGE_TYPES[fmt]), name)
+    return _attachment(HttpResponse(image, content_type=IMAGE_TYPES[fmt]), name)
 
 
 @require_GET
@@ -295,7 +306,7 @@ def pipeline_chart_data(request, pipeline_id: int, fmt: str):
     if _too_many(rows, points):
         return _too_large(request, pipeline=pipeline, kind=ExportJob.Kind.CHART_CSV, rows=rows, points=points,
                           query=chart_params.query())
-    name = exports.download_name(pipeline=pipeline, what=f"{chart_params.kind}-{chart_params.unit}",
+    name = download_name(pipeline=pipeline, what=f"{chart_params.kind}-{chart_params.unit}",
                                  time_range=r, ext=fmt)
     cached = chart_cache.entry("chart-json", pipeline_id=pipeline.pk, tz_name=tz.key, params=chart_params,
                                extra=(max_points,))
@@ -310,7 +321,7 @@ def pipeline_chart_data(request, pipeline_id: int, fmt: str):
         def document() -> JsonResponse:
             chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz)
             table = charts.table_downsample(chart.table, max_points) if max_points else chart.table
-            return JsonResponse(exports.chart_json(pipeline=pipeline, table=table, markers=chart.markers,
+            return JsonResponse(chart_json(pipeline=pipeline, table=table, markers=chart.markers,
                                                    time_range=r, tz=tz, title=chart.title, downsampled_to=max_points))
 
         with slot:
@@ -320,13 +331,13 @@ def pipeline_chart_data(request, pipeline_id: int, fmt: str):
     try:
         chart = heavy.at_low_priority(lambda: charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz))
         table = charts.table_downsample(chart.table, max_points) if max_points else chart.table
-        header, data = exports.chart_table_rows(table, tz)
-        preamble = exports.export_preamble(pipeline=pipeline, what=chart.title, time_range=r, tz=tz,
+        header, data = chart_table_rows(table, tz)
+        preamble = export_preamble(pipeline=pipeline, what=chart.title, time_range=r, tz=tz,
                                            now=timezone.now())
     except BaseException:
         slot.release()  # the stream that would release it is never made
         raise
-    stream = _ReleasingStream(exports.csv_stream(header=header, rows=data, preamble=preamble), slot)
+    stream = _ReleasingStream(csv_stream(header=header, rows=data, preamble=preamble), slot)
     return _attachment(StreamingHttpResponse(stream, content_type="text/csv; charset=utf-8"), name)
 
 
@@ -339,7 +350,7 @@ def pipeline_batches_csv(request, pipeline_id: int):
         time_range = params.parse_range(request.GET, now=timezone.now(), allow_all=True, default="all")
     except params.BadParam as exc:
         return _bad_param(exc)
-    since_ms, until_ms = exports.range_ms(time_range)
+    since_ms, until_ms = range_ms(time_range)
     rows = batch_export_count(pipeline=pipeline, since_ms=since_ms, until_ms=until_ms)
     points = rows * batch_export_width(pipeline=pipeline, since_ms=since_ms, until_ms=until_ms)
     if _too_many(rows, points):
@@ -351,14 +362,14 @@ def pipeline_batches_csv(request, pipeline_id: int):
         return heavy.busy_response(request, exc)
     tz = params.time_zone()
     try:
-        header, data = exports.batches_table(pipeline=pipeline, time_range=time_range, tz=tz)
-        preamble = exports.export_preamble(pipeline=pipeline, what="per-batch history", time_range=time_range,
+        header, data = batches_table(pipeline=pipeline, time_range=time_range, tz=tz)
+        preamble = export_preamble(pipeline=pipeline, what="per-batch history", time_range=time_range,
                                            tz=tz, now=timezone.now())
     except BaseException:
         slot.release()  # the stream that would release it is never made
         raise
-    name = exports.download_name(pipeline=pipeline, what="batches", time_range=time_range, ext="csv")
-    stream = _ReleasingStream(exports.csv_stream(header=header, rows=data, preamble=preamble), slot)
+    name = download_name(pipeline=pipeline, what="batches", time_range=time_range, ext="csv")
+    stream = _ReleasingStream(csv_stream(header=header, rows=data, preamble=preamble), slot)
     return _attachment(StreamingHttpResponse(stream, content_type="text/csv; charset=utf-8"), name)
 
 
@@ -390,7 +401,7 @@ def export_job_new(request, pipeline_id: int):
 @require_GET
 @role_required(VIEWER)
 def export_jobs(request):
-    return render(request, "dashboard/exports.html", {"jobs": export_selectors.export_jobs(user=request.user)})
+    return render(request, "dashboard/html", {"jobs": export_selectors.export_jobs(user=request.user)})
 
 
 @require_GET

@@ -217,3 +217,15 @@ def parse_int(query: QueryDict, name: str, *, default: int | None, low: int, hig
     if not raw.strip():
         return default
     return whole_number(name, raw, low, high)
+
+
+def form_whole_number(name: str, raw: str, lo: int, hi: int) -> int | None:
+    """whole_number for a form field: None when empty, a form ValidationError (named) when bad."""
+    from django import forms
+
+    if not raw:
+        return None
+    try:
+        return whole_number(name, raw, lo, hi)
+    except BadParam as exc:
+        raise forms.ValidationError(exc.detail) from None

@@ -8,9 +8,10 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.accounts.roles import APPROVER, VIEWER, role_required, user_has_role
+from dashboard.audit.exports import AUDIT_COLUMNS, audit_csv_rows, audit_json_items
 from dashboard.audit.selectors import audit_events_export, audit_events_page, audit_verification
-from dashboard.exports import views as exports
-from dashboard.web.forms import AuditFilterForm
+from dashboard.web.audit_forms import AuditFilterForm
+from offsetwatch.lib.streaming import csv_stream, json_array_stream
 
 PAGE_SIZE = 50
 
@@ -53,11 +54,11 @@ def audit_export(request, fmt: str):
     events = audit_events_export(**form.filters())
     name = f"offsetwatch_audit_{timezone.now():%Y%m%dT%H%M%SZ}.{fmt}"
     if fmt == "json":
-        response = StreamingHttpResponse(exports.json_array_stream(exports.audit_json_items(events)),
+        response = StreamingHttpResponse(json_array_stream(audit_json_items(events)),
                                          content_type="application/json")
     else:
-        response = StreamingHttpResponse(exports.csv_stream(header=exports.AUDIT_COLUMNS,
-                                                            rows=exports.audit_csv_rows(events)),
+        response = StreamingHttpResponse(csv_stream(header=AUDIT_COLUMNS,
+                                                            rows=audit_csv_rows(events)),
                                          content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{name}"'  # made of [0-9A-Za-z_.] only
     return response

@@ -1,92 +1,23 @@
-"""Exports: CSV streams (generic, injection-safe), the rows of each export, chart data as JSON,
-chart images rendered by kaleido with the system Chromium, and file names. No views here: the
-views validate and call these; background jobs (services.export_job_run) write the same rows to
-a file.
-"""
+"""Export formats: CSV tables of batches and chart series with their preamble, the chart's JSON,
+download names, and chart images (PNG/SVG) rendered by kaleido in the system Chromium."""
 from __future__ import annotations
 
-import csv
-import io
 import logging
 import os
 import re
 import shutil
 import threading
 from datetime import datetime
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Iterator
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
 
 from dashboard.exports.selectors import batch_export_partitions, batch_export_rows
 from dashboard.models import Pipeline
-from dashboard.web.params import TimeRange
+from dashboard.params import TimeRange
 
 log = logging.getLogger(__name__)
-
-# --- CSV ----------------------------------------------------------------------------------------
-
-# A spreadsheet runs a cell beginning with one of these as a formula (CSV injection, OWASP).
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def csv_cell(value: Any) -> Any:
-    """A value as a CSV cell: text that a spreadsheet would run as a formula gets a leading `'`;
-    numbers stay numbers (a negative lag is a number, not a formula)."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return value
-    text = value.isoformat() if isinstance(value, datetime) else str(value)
-    return "'" + text if text.startswith(_FORMULA_START) else text
-
-
-def csv_chunks(
-    *, header: Sequence[str], rows: Iterable[Sequence[Any]], preamble: Sequence[Sequence[Any]] = (),
-    rows_per_chunk: int = 1000,
-) -> Iterator[tuple[str, int]]:
-    """A CSV as (text, data rows written so far) chunks: the `preamble` rows (e.g. `# range`,
-    label), the header, then `rows`, every cell through csv_cell. Reads `rows` lazily, so a
-    streamed response or a file written from an iterator never holds the whole export."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    for row in preamble:
-        writer.writerow([csv_cell(c) for c in row])
-    writer.writerow([csv_cell(c) for c in header])
-    count = 0
-    for row in rows:
-        writer.writerow([csv_cell(c) for c in row])
-        count += 1
-        if count % rows_per_chunk == 0:
-            yield buffer.getvalue(), count
-            buffer.seek(0)
-            buffer.truncate()
-    yield buffer.getvalue(), count
-
-
-def csv_stream(*, header: Sequence[str], rows: Iterable[Sequence[Any]], preamble: Sequence[Sequence[Any]] = ()) -> Iterator[bytes]:
-    """The CSV as UTF-8 bytes for a StreamingHttpResponse (any export: batches, chart data, the
-    audit log to come)."""
-    for text, _ in csv_chunks(header=header, rows=rows, preamble=preamble):
-        if text:
-            yield text.encode()
-
-
-def csv_write(
-    *, path, header: Sequence[str], rows: Iterable[Sequence[Any]], preamble: Sequence[Sequence[Any]] = (),
-    progress: Callable[[int], None] | None = None, rows_per_chunk: int = 5000,
-) -> int:
-    """Write the CSV to `path` chunk by chunk, calling `progress(rows written)` after each chunk;
-    returns the number of data rows."""
-    count = 0
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        for text, count in csv_chunks(header=header, rows=rows, preamble=preamble, rows_per_chunk=rows_per_chunk):
-            f.write(text)
-            if progress:
-                progress(count)
-    return count
 
 
 def export_preamble(*, pipeline: Pipeline, what: str, time_range: TimeRange, tz: ZoneInfo, now: datetime) -> list[list]:
@@ -110,9 +41,6 @@ def local_iso(epoch_ms: int, tz: ZoneInfo) -> str:
     return datetime.fromtimestamp(epoch_ms / 1000, tz).isoformat(timespec="milliseconds")
 
 
-# --- per-batch history --------------------------------------------------------------------------
-
-
 def range_ms(time_range: TimeRange) -> tuple[int | None, int]:
     since = None if time_range.since is None else int(time_range.since.timestamp() * 1000)
     return since, int(time_range.until.timestamp() * 1000)
@@ -134,9 +62,6 @@ def batches_table(*, pipeline: Pipeline, time_range: TimeRange, tz: ZoneInfo) ->
             yield [local_iso(ms, tz), ms, batch_id, committed, records, *[offsets.get(k) for k in keys]]
 
     return header, rows()
-
-
-# --- chart data ---------------------------------------------------------------------------------
 
 
 def chart_table_rows(table, tz: ZoneInfo) -> tuple[list[str], Iterator[list]]:
@@ -176,9 +101,6 @@ def chart_json(*, pipeline: Pipeline, table, markers, time_range: TimeRange, tz:
     }
 
 
-# --- file names ---------------------------------------------------------------------------------
-
-
 def _slug(text: str, limit: int = 60) -> str:
     # Hostile names (quotes, newlines, slashes, non-ASCII) never reach a header or a path.
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")[:limit] or "x"
@@ -191,8 +113,6 @@ def download_name(*, pipeline: Pipeline, what: str, time_range: TimeRange, ext: 
     return "_".join(parts) + "." + ext
 
 
-# --- images -------------------------------------------------------------------------------------
-
 IMAGE_TYPES = {"png": "image/png", "svg": "image/svg+xml"}
 
 
@@ -201,6 +121,8 @@ class ImageExportFailed(RuntimeError):
 
 
 _render_lock = threading.Lock()
+
+
 _renderer_broken: str | None = None
 
 
@@ -274,59 +196,3 @@ def render_image(fig, *, fmt: str, width: int, height: int) -> bytes:
             raise ImageExportFailed(f"Chromium could not render the chart: {result['error']}") from result["error"]
     image = result["image"]
     return image.encode() if isinstance(image, str) else image
-
-
-# --- streamed JSON arrays and the audit log -----------------------------------------------------
-
-
-def json_array_stream(items: Iterable[Any], *, bytes_per_chunk: int = 65536) -> Iterator[bytes]:
-    """A JSON array of `items` as UTF-8 chunks for a StreamingHttpResponse: read lazily, so an
-    export of the whole audit log never sits in memory, and sent in chunks of about
-    `bytes_per_chunk`, not one write per item."""
-    import json
-
-    parts, size, separator = ["["], 1, "\n"
-    for item in items:
-        text = separator + json.dumps(item, ensure_ascii=False, separators=(",", ":"), default=str)
-        separator = ",\n"
-        parts.append(text)
-        size += len(text)
-        if size >= bytes_per_chunk:
-            yield "".join(parts).encode()
-            parts, size = [], 0
-    parts.append("\n]\n")
-    yield "".join(parts).encode()
-
-
-AUDIT_COLUMNS = ["id", "at", "actor", "actor_user_id", "remote_addr", "action", "subject", "pipeline_id",
-                 "pipeline_label", "change", "before", "after", "details", "prev_hash", "hash"]
-
-
-def _compact(value) -> str | None:
-    import json
-
-    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-
-
-def audit_csv_rows(events: Iterable[dict]) -> Iterator[list]:
-    """Rows under AUDIT_COLUMNS: times in UTC ISO 8601, before/after/details as compact JSON,
-    `change` as the page shows it ("p0: 120 → 40; p1: ..."). Every cell goes through csv_cell
-    (csv_stream): an actor or subject beginning with "=" is not a formula in a spreadsheet."""
-    from datetime import timezone as dt_timezone
-
-    from dashboard.audit.services import change_lines
-
-    for e in events:
-        yield [e["id"], e["at"].astimezone(dt_timezone.utc).isoformat(), e["actor"], e["actor_user_id"],
-               e["remote_addr"], e["action"], e["subject"], e["pipeline_id"], e["pipeline_label"],
-               "; ".join(change_lines(e["before"], e["after"])), _compact(e["before"]), _compact(e["after"]),
-               _compact(e["details"]), e["prev_hash"], e["hash"]]
-
-
-def audit_json_items(events: Iterable[dict]) -> Iterator[dict]:
-    """The events as JSON objects (times in UTC ISO 8601), with the chain's hashes so a reader
-    can check the export against the log."""
-    from datetime import timezone as dt_timezone
-
-    for e in events:
-        yield {**e, "at": e["at"].astimezone(dt_timezone.utc).isoformat()}

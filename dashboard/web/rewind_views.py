@@ -12,7 +12,7 @@ from dashboard.models import Pipeline, RewindRequest
 from dashboard.monitoring.selectors import pipeline_get
 from dashboard.rewinds import services as rewinds
 from dashboard.rewinds.selectors import rewind_events, rewind_get, rewinds_list
-from dashboard.web.forms import RewindDecisionForm, RewindRequestForm
+from dashboard.web.rewind_forms import RewindDecisionForm, RewindRequestForm
 
 
 def _pipeline(pipeline_id: int) -> Pipeline:
