@@ -59,9 +59,9 @@ def poll_cluster(cluster_id: int, probe: bool = False) -> None:
 
 @shared_task(name="collectors.tasks.expire_rewinds", ignore_result=True, soft_time_limit=60, time_limit=90)
 def expire_rewinds() -> None:
-    from dashboard.rewinds import services as rewinds
+    from dashboard.rewinds.services import rewinds_expire
 
-    rewinds.rewinds_expire()
+    rewinds_expire()
 
 
 @shared_task(name="collectors.tasks.prune", ignore_result=True, soft_time_limit=600, time_limit=660)

@@ -17,7 +17,7 @@ from urllib.parse import quote
 import pytest
 from django.urls import resolve, reverse
 
-from dashboard.web import views as web_views
+from dashboard.web import chart_views
 from tests.factories import security_world
 from tests.test_security import MATRIX, example_path, site_routes
 
@@ -128,7 +128,7 @@ def test_every_get_route_lists_its_parameters():
 
 @pytest.fixture
 def world(unique_name, tmp_path, monkeypatch):
-    monkeypatch.setattr(web_views, "render_image", lambda fig, *, fmt, width, height: b"<svg/>")
+    monkeypatch.setattr(chart_views, "render_image", lambda fig, *, fmt, width, height: b"<svg/>")
     return security_world(unique_name, tmp_path)
 
 

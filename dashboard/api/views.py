@@ -1,34 +1,21 @@
-"""The versioned JSON API (/api/v1/): thin views that validate parameters and call a selector.
-
-Described by dashboard/openapi.json (served at /api/v1/openapi.json; tests/test_api.py checks
-the document against these views). People use their session; machines send an API token
-(`Authorization: Bearer owu_...`, manage.py issue_api_token) acting with its user's roles; jobs
-report starts with their pipeline token (owp_). Every error is JSON {"error": "..."}: 400 names
-the parameter and the value, 401 without credentials, 403 without the role, 404 unknown ids,
-503 with Retry-After while the database is unavailable (dashboard/unavailable.py).
-"""
+"""views_rest: moved from dashboard.api.views (docstring to be written)."""
 from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from functools import lru_cache, wraps
 from pathlib import Path
 
-from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from dashboard import params
-from dashboard.accounts.roles import VIEWER, bearer_token, role_required
-from dashboard.accounts.tokens import pipeline_token_actor, pipeline_token_for
-from dashboard.api import payloads
+from dashboard.accounts.roles import VIEWER, role_required
 from dashboard.models import Pipeline
 from dashboard.monitoring.overview import pipelines_filtered
 from dashboard.monitoring.selectors import (
@@ -38,19 +25,31 @@ from dashboard.monitoring.selectors import (
     pipeline_lag_points,
     pipeline_with_evaluation,
 )
-from dashboard.rewinds import services as rewinds
-from dashboard.rewinds.start_reports import InvalidReport, start_report_record
 from offsetwatch.lib import downsample
 from streamoffsets.evaluation import Status
 from streamoffsets.urls import mask_secrets
 
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
+
+
 MAX_ID = 2**63 - 1  # bigint: a larger id cannot exist, and PostgreSQL would refuse to compare it
+
+
 MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant Python can represent
+
+
 LATEST_MS = int(params.LATEST.timestamp() * 1000)  # what later instants are clamped to (params.LATEST)
+
+
 BATCHES_LIMIT_DEFAULT, BATCHES_LIMIT_MAX = 100, 1000
+
+
 POINTS_DEFAULT, POINTS_MAX = 1000, 10_000
+
+
 LAG_RANGE_DEFAULT = timedelta(hours=1)
+
+
 TEXT_MAX = 1000  # the longest name we store (a group); longer cannot match anything
 
 
@@ -121,9 +120,6 @@ def api_view(*, methods: tuple[str, ...] = ("GET",), role: str = VIEWER):
         return csrf_exempt(entry)
 
     return decorator
-
-
-# --- parameters ------------------------------------------------------------------------------
 
 
 _DIGITS = re.compile(r"[0-9]+", re.ASCII)  # int() also accepts Arabic-Indic and other digits
@@ -212,9 +208,6 @@ def _pipeline(pipeline_id: int) -> Pipeline:
         raise ApiError(404, f"no pipeline with id {pipeline_id}") from None
 
 
-# --- representations --------------------------------------------------------------------------
-
-
 def _iso(value):
     return value.isoformat() if value else None
 
@@ -265,9 +258,6 @@ def pipeline_json(p: Pipeline) -> dict:
         "batch_interval_s": e.batch_interval_s if e else None,
         "last_batch_ms": p.last_batch_ms, "last_batch_at": _ms_iso(p.last_batch_ms),
     }
-
-
-# --- endpoints -----------------------------------------------------------------------------------
 
 
 @api_view()
@@ -399,115 +389,3 @@ def api_openapi(request):
 def api_not_found(request, rest: str = ""):
     """Any other path under /api/v1/: a JSON 404, not Django's HTML page."""
     return json_error(404, f"no API endpoint {request.path}; the endpoints are listed in /api/v1/openapi.json")
-
-
-# --- jobs (pipeline tokens) ------------------------------------------------------------------------
-
-
-def job_view(method: str):
-    """An endpoint for a pipeline's job, authenticated by its pipeline token (`Authorization:
-    Bearer owp_...`). The view gets the token's pipeline and, for POST, the JSON body; errors are
-    JSON. CSRF-exempt: machine clients have no session cookie to forge."""
-    def decorator(view):
-        @csrf_exempt
-        @wraps(view)
-        def wrapped(request, *args, **kwargs):
-            # Who first, then how: a stranger learns nothing about the endpoint.
-            token = bearer_token(request)
-            if not token:
-                return json_error(401, "missing 'Authorization: Bearer <pipeline token>' header")
-            found = pipeline_token_for(token=token)
-            if found is None:
-                return json_error(401, "unknown or revoked pipeline token")
-            pipeline = found.pipeline
-            # The audit actor of whatever the job does: its token, never what the body says it is.
-            request.job_actor = pipeline_token_actor(found)
-            if request.method != method:
-                response = json_error(405, f"method {request.method} is not allowed here; use {method}")
-                response["Allow"] = method
-                return response
-            payload = None
-            if method == "POST":
-                try:
-                    payload = json.loads(request.body or b"")
-                except RequestDataTooBig:
-                    return json_error(413, f"the body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
-                except ValueError as exc:
-                    return json_error(400, f"the body is not JSON: {exc}")
-                except RecursionError:
-                    return json_error(400, "the body is not JSON a job sends: nested too deeply")
-                if not isinstance(payload, dict):
-                    return json_error(400, "the body must be a JSON object")
-            try:
-                return view(request, pipeline, payload, *args, **kwargs)
-            except payloads.PayloadError as exc:
-                return json_error(400, f"invalid body: {exc}")
-            except rewinds.RewindRefused as exc:
-                return json_error(exc.status, exc.message)
-        return wrapped
-    return decorator
-
-
-@job_view("POST")
-def api_start_report(request, pipeline, payload):
-    payloads.start_report(payload)  # every field checked, named when refused (PayloadError: 400)
-    try:
-        report = start_report_record(pipeline=pipeline, report=payload, actor=request.job_actor,
-                                              remote_addr=_remote(request))
-    except InvalidReport as exc:
-        return json_error(400, str(exc))
-    return JsonResponse({"id": report.pk, "pipeline": pipeline.pk}, status=201)
-
-
-def rewind_json(rewind) -> dict:
-    def iso(value):
-        return value.isoformat() if value else None
-    return {
-        "id": rewind.pk, "pipeline": rewind.pipeline_id, "topic": rewind.pipeline.topic, "group": rewind.pipeline.group,
-        "status": rewind.status, "mode": rewind.mode, "target_kind": rewind.target_kind,
-        "target_offsets": rewind.target_offsets, "before_offsets": rewind.before_offsets, "reason": rewind.reason,
-        "expires_at": iso(rewind.expires_at), "claimed_by": rewind.claimed_by or None,
-        "claimed_at": iso(rewind.claimed_at), "claim_lease_expires_at": iso(rewinds.claim_lease_expires_at(rewind)),
-        "applied_offsets": rewind.applied_offsets, "outcome": rewind.outcome or None,
-    }
-
-
-@job_view("GET")
-def api_rewind_pending(request, pipeline, payload):
-    """The rewind a starting job must not start past, or null: approved, or claimed (`claimed_by`,
-    `claim_lease_expires_at`); `claimable` says whether the job's claim would win now (a claim
-    whose lease ran out is taken over)."""
-    rewind = rewinds.rewind_for_job(pipeline=pipeline)
-    if rewind is None:
-        return JsonResponse({"rewind": None})
-    return JsonResponse({"rewind": {**rewind_json(rewind), "claimable": rewinds.rewind_claimable(rewind=rewind)}})
-
-
-def _remote(request) -> str:
-    return request.META.get("REMOTE_ADDR", "")
-
-
-@job_view("POST")
-def api_rewind_claim(request, pipeline, payload, rewind_id: int):
-    body = payloads.rewind_claim(payload)
-    rewind = rewinds.rewind_claim(pipeline=pipeline, rewind_id=rewind_id, instance=body["instance"],
-                                  actor=request.job_actor, remote_addr=_remote(request))
-    return JsonResponse({"rewind": rewind_json(rewind)})
-
-
-@job_view("POST")
-def api_rewind_applied(request, pipeline, payload, rewind_id: int):
-    body = payloads.rewind_applied(payload)
-    rewind = rewinds.rewind_applied(pipeline=pipeline, rewind_id=rewind_id, instance=body["instance"],
-                                    offsets=body["offsets"], marker_batch_ms=body["marker_batch_ms"], actor=request.job_actor,
-                                    remote_addr=_remote(request))
-    return JsonResponse({"rewind": rewind_json(rewind)})
-
-
-@job_view("POST")
-def api_rewind_failed(request, pipeline, payload, rewind_id: int):
-    body = payloads.rewind_failed(payload)
-    rewind = rewinds.rewind_job_failed(pipeline=pipeline, rewind_id=rewind_id, instance=body["instance"],
-                                       error=body["error"] or "no reason given",
-                                       actor=request.job_actor, remote_addr=_remote(request))
-    return JsonResponse({"rewind": rewind_json(rewind)})
