@@ -1,4 +1,5 @@
 """Detection latency and lag accuracy, on the local stack while collection cycles run.
+Over 400 lines because the phases (steady, stall, rewind, stop) run in one script against one stack.
 
 A producer writes to 4 partitions; a simulated job saves one HBase row per batch (batch interval
 --batch-s) following the producer closely. The script drives the job through phases and reads

@@ -1,4 +1,7 @@
-"""What the collectors record and the pages show."""
+"""What the collectors record and the pages show.
+
+Over 400 lines because the models stay in the one module Django and the migrations know them by
+(issue #14 keeps models and migrations unchanged); each area's code lives in its own package."""
 from __future__ import annotations
 
 from datetime import datetime, timezone

@@ -1,4 +1,6 @@
 """The deployed topology on one machine: every process docker-compose runs, each its own process.
+Over 400 lines because the processes are started, watched, frozen and killed together: each
+control reads the same process table.
 
 A private PostgreSQL cluster and a private Redis (both on free loopback ports, so a test may
 SIGKILL or SIGSTOP them without touching the shared servers), then, as compose's services do:

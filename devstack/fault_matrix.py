@@ -1,4 +1,5 @@
-"""The fault matrix: each component of a deployed Offset Watch killed (SIGKILL, then restarted)
+"""The fault matrix (over 400 lines: one scenario per component, each next to the row it yields):
+each component of a deployed Offset Watch killed (SIGKILL, then restarted)
 or frozen (SIGSTOP, then SIGCONT) while a job whose every batch is known writes to four stores,
 and what the product showed meanwhile (tests/test_fault_matrix.py asserts it, bench/faults.py
 prints it).

@@ -1,4 +1,6 @@
 """The one settings module. Every value comes from the environment, with safe local defaults.
+Over 400 lines because it is the one place every setting and its environment variable are read
+(docs/configuration.md lists them); splitting it would hide where a value comes from.
 
 Environment variables (see README, configuration):
   DATABASE_URL             sqlite:///path (embedded default) or postgres://user:pass@host:port/db

@@ -1,4 +1,6 @@
 """A Kafka streaming source for Spark, built on PySpark's Python data source API.
+Over 400 lines because PySpark's data source API wants the source, its reader and its offsets
+in one importable module (its workers unpickle them).
 
 Why this exists: Spark's own Kafka source is a Maven jar we cannot fetch here, so this module
 reads Kafka with confluent-kafka instead. Options follow Spark's Kafka source where they

@@ -1,4 +1,6 @@
 """Where a job starts: stored offsets reconciled with the topic's partitions and watermarks.
+Over 400 lines because the decision, the plan it yields and the rewind it may apply are read
+together: each step names the one before (the job library's only restart logic).
 
 The decision (BACKGROUND.md, the HBase pattern generalised to every store):
 - no stored offsets: start from earliest, latest, or refuse (policy `on_missing`);

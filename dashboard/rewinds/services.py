@@ -5,6 +5,9 @@ State lives in RewindRequest; every transition is a conditional UPDATE (so two a
 job instances cannot both win) and appends an audit event in the same transaction. Targets and
 previews are the pure rules of streamoffsets.rewind.
 
+Over 400 lines because it is one state machine: its transitions share the guards, the lease and
+the audit helper, and split by actor (people, jobs, collectors) the parts would import each other.
+
 A job's claim is a lease (REWIND_CLAIM_LEASE_S): the same instance claiming again gets its claim
 back; a claim not followed by `applied` within the lease may be taken over by the pipeline's next
 start, or cancelled by an approver. A claimed rewind whose marker batch (exactly the target,

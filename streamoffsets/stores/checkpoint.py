@@ -1,4 +1,6 @@
 """Offsets in Spark Structured Streaming checkpoint directories (read-only).
+Over 400 lines because Spark's on-disk formats (offsets, commits, metadata, sources, the
+temporary files Spark renames into place) are parsed here, each next to its documented layout.
 
 A checkpoint directory holds `metadata` (the query id), `offsets/<batchId>` and
 `commits/<batchId>` (plus `sources/`, `state/`, Hadoop's `.<name>.crc` files and, while Spark
