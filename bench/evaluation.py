@@ -13,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from streamoffsets.evaluation import Sample, evaluate_partitions, evaluate_status, sample_lag  # noqa: E402
-from streamoffsets.partition_rules import merge_into, partition_status  # noqa: E402
+from streamoffsets.evaluation import Sample, evaluate_partitions, evaluate_status, sample_lag
+from streamoffsets.partition_rules import merge_into, partition_status
 
 _partition_of, _lag_of = itemgetter(0), itemgetter(4)
 

@@ -56,7 +56,7 @@ def free_port() -> int:
 
 def start_gunicorn(port: int, workers: int, log_path: Path) -> subprocess.Popen:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "offsetwatch.settings", "OFFSETWATCH_ALLOWED_HOSTS": "127.0.0.1"}
-    log = open(log_path, "w")  # noqa: SIM115 (closed with the process)
+    log = open(log_path, "w")
     proc = subprocess.Popen(
         [str(ROOT / ".venv" / "bin" / "gunicorn"), "offsetwatch.wsgi", f"--bind=127.0.0.1:{port}",
          f"--workers={workers}", "--timeout=120"],

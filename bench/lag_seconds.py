@@ -109,7 +109,7 @@ def run(args, bootstrap: str) -> None:
         cold.append(cycle(cap, True))
         warm.append(cycle(cap, False))
     settings.RECORD_TIMESTAMP_PARTITIONS = cap
-    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    med = lambda xs: sorted(xs)[len(xs) // 2]
     positions = args.pipelines * args.partitions * GROUPS
     print(f"partitions: {args.pipelines * args.partitions:,}; groups: {args.pipelines * GROUPS:,}; positions: {positions:,}")
     print(f"full cycle without record reads: median {med(without):.2f} s (best {min(without):.2f}) of {args.cycles}")

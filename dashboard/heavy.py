@@ -146,7 +146,7 @@ def at_low_priority(compute: Callable[[], T]) -> T:
             connections[alias] = conn
         try:
             outcome["value"] = compute()
-        except BaseException as exc:  # noqa: BLE001 (raised again in the request's thread)
+        except BaseException as exc:
             outcome["error"] = exc
 
     for conn in lent.values():

@@ -57,13 +57,13 @@ def store_writer(name: str, url: str, ticks: "list[tuple[int, dict]]", cond: thr
             store.save_batch(batch)
             ledger.write(store=name, batch_time_ms=batch_time_ms, offsets={str(p): o for p, o in offsets.items()},
                          ok=True)
-        except Exception as exc:  # noqa: BLE001 (every failure is a ledger line; the writer goes on)
+        except Exception as exc:
             ledger.write(store=name, batch_time_ms=batch_time_ms, offsets={str(p): o for p, o in offsets.items()},
                          ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
             try:
                 if store is not None:
                     store.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
             store = None
 

@@ -308,7 +308,7 @@ class KafkaWatermarkReader:
         for resource, fut in futures.items():
             try:
                 entry = fut.result(timeout=self.timeout_s * 2).get("cleanup.policy")
-            except Exception:  # noqa: BLE001 - per topic, as above
+            except Exception:
                 continue
             policies = (entry.value or "") if entry is not None else ""
             out[resource.name] = "compact" in [p.strip() for p in policies.split(",")]

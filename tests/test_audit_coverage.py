@@ -294,7 +294,7 @@ def test_job_events_name_the_token_never_the_instance_the_job_claims(job):
     """A job saying it is `amir` (an approver's name) is recorded as its token, `amir` as data."""
     p, r, client = job["pipeline"], job["rewind"], job["client"]
     actor = f"pipeline token {job['token'].prefix}… (etl-job)"
-    post = lambda path, body: client.post(path, body, content_type="application/json")  # noqa: E731
+    post = lambda path, body: client.post(path, body, content_type="application/json")
 
     report = {"topic": p.topic, "group": p.group, "offsets": {"0": 60, "1": 50}, "clamps": [], "instance": "amir"}
     assert post("/api/v1/start-reports", report).status_code == 201
@@ -319,7 +319,7 @@ def test_job_events_name_the_token_never_the_instance_the_job_claims(job):
 
 def test_an_applied_report_names_the_token(job):
     r, client = job["rewind"], job["client"]
-    post = lambda path, body: client.post(path, body, content_type="application/json")  # noqa: E731
+    post = lambda path, body: client.post(path, body, content_type="application/json")
     assert post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "host-a:1"}).status_code == 200
     applied = post(f"/api/v1/rewinds/{r.pk}/applied", {"instance": "host-a:1", "offsets": {"0": 30, "1": 20},
                                                        "marker_batch_ms": T0 + 60_000})

@@ -85,7 +85,7 @@ class SMTPPeer:
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self):
-                say = lambda text: self.wfile.write(text + b"\r\n")  # noqa: E731
+                say = lambda text: self.wfile.write(text + b"\r\n")
                 say(b"220 localhost test SMTP")
                 rcpts, lines, in_data = [], [], False
                 while line := self.rfile.readline():

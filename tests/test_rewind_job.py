@@ -220,7 +220,7 @@ def test_two_instances_race_for_one_claim_the_loser_starts_from_the_stored_offse
             with OffsetFileStore(replay["root"]) as store:
                 plans[instance] = restart(store, replay["topic"], replay["group"], replay["watermarks"],
                                           dashboard=client, instance=instance)
-        except Exception as exc:  # noqa: BLE001 - surfaced below, not lost in the thread
+        except Exception as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=start, args=(name,)) for name in ("host-a:1:aaaa", "host-b:2:bbbb")]

@@ -131,7 +131,7 @@ def _kaleido_ready():
     then ~0.15 s per image), restarted if its thread died."""
     import kaleido
 
-    server = kaleido._global_server  # noqa: SLF001 (kaleido has no public "is it alive")
+    server = kaleido._global_server
     thread = getattr(server, "_thread", None)
     if server.is_running() and thread is not None and not thread.is_alive():
         log.warning("kaleido's server thread died; starting it again")
@@ -181,7 +181,7 @@ def render_image(fig, *, fmt: str, width: int, height: int) -> bytes:
             try:
                 result["image"] = kaleido.calc_fig_sync(
                     fig.to_dict(), opts={"format": fmt, "width": width, "height": height, "scale": 1})
-            except BaseException as exc:  # noqa: BLE001 (handed to the caller below)
+            except BaseException as exc:
                 result["error"] = exc
 
         worker = threading.Thread(target=call, name="chart-image", daemon=True)

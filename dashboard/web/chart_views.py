@@ -280,7 +280,7 @@ def export_job_download(request, job_id: int):
     if job is None:
         raise Http404(f"no finished export {job_id} of yours")
     try:
-        handle = open(job.file_path, "rb")  # noqa: SIM115 (FileResponse closes it)
+        handle = open(job.file_path, "rb")
     except FileNotFoundError:
         raise Http404(f"the file of export {job_id} is gone (exports are kept a limited time)") from None
     return FileResponse(handle, as_attachment=True, filename=job.file_name, content_type="text/csv; charset=utf-8")

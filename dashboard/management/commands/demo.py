@@ -46,7 +46,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         stack = configured_stack()
         started: list[str] = []
-        say = lambda line: self.stdout.write(line)  # noqa: E731
+        say = lambda line: self.stdout.write(line)
         try:
             say(f"Offset Watch demo (run directory {stack.run_dir}; logs in {stack.log_dir})")
             stack.log_dir.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, action: str, **options):
         stack = configured_stack()
-        say = lambda line: self.stdout.write(line)  # noqa: E731
+        say = lambda line: self.stdout.write(line)
         try:
             if action == "up":
                 say(f"Starting the local stack (run directory {stack.run_dir}):")
