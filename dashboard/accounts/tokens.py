@@ -79,12 +79,6 @@ def pipeline_get_or_declare(
     return pipeline, created
 
 
-def pipeline_for_token(*, token: str) -> Pipeline | None:
-    """The pipeline a (non-revoked) token belongs to; None for unknown or revoked tokens."""
-    found = pipeline_token_for(token=token)
-    return found.pipeline if found else None
-
-
 def pipeline_token_for(*, token: str) -> PipelineToken | None:
     """The (non-revoked) pipeline token, with its pipeline; None for unknown or revoked tokens."""
     if not token.startswith(TOKEN_PREFIX):
