@@ -13,10 +13,11 @@ from django.utils import timezone
 
 from dashboard.accounts.roles import VIEWER
 from dashboard.accounts.tokens import api_token_issue
-from dashboard.api import metrics
+from dashboard.api.metrics import render
 from dashboard.models import SourceHealth
 from dashboard.monitoring.overview import PipelineMetrics
 from dashboard.monitoring.services import source_health_record
+from offsetwatch.lib.prometheus import CONTENT_TYPE, format_value
 from tests.factories import offline_pipeline, person
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
@@ -80,7 +81,7 @@ def values(samples, name) -> dict[tuple, float]:
 
 
 def test_1_every_family_is_a_gauge_with_the_pipeline_labels():
-    types, samples = parse(metrics.render(pipelines=[row(status=3)], sources=[]))
+    types, samples = parse(render(pipelines=[row(status=3)], sources=[]))
     assert {n for n, kind in types.items() if kind == "gauge"} == set(types)
     labels = {"store": "s", "topic": "t", "group": "g", "cluster": "c"}
     got = {name: (lab, v) for name, lab, v in samples if name.startswith("offsetwatch_pipeline_")}
@@ -94,7 +95,7 @@ def test_1_every_family_is_a_gauge_with_the_pipeline_labels():
 
 def test_2_hostile_names_are_escaped_and_parse_back_exactly():
     hostile = 'a"b\\c\nd ☃ {x="y"}'
-    text = metrics.render(pipelines=[row(topic=hostile, group="g\\\\n", store='"', cluster="\n")], sources=[])
+    text = render(pipelines=[row(topic=hostile, group="g\\\\n", store='"', cluster="\n")], sources=[])
     assert len(text.splitlines()) == text.count("\n")  # no raw newline inside any line
     _, samples = parse(text)
     lab = next(lab for name, lab, _ in samples if name == "offsetwatch_pipeline_lag_messages")
@@ -103,7 +104,7 @@ def test_2_hostile_names_are_escaped_and_parse_back_exactly():
 
 
 def test_3_unknown_values_are_left_out_never_zero():
-    _, samples = parse(metrics.render(pipelines=[
+    _, samples = parse(render(pipelines=[
         row(topic="fresh", status=None, total_lag=None, lag_seconds=None, retention_margin_min=None, evaluated=False),
         row(topic="known", lag_seconds=None, retention_seconds_left=3600.0),
     ], sources=[]))
@@ -122,7 +123,7 @@ def test_4_include_and_exclude_patterns_over_store_topic_group():
                  row(store="dev", topic="orders", group="billing")]
 
     def exported(**kw):
-        _, samples = parse(metrics.render(pipelines=pipelines, sources=[], **kw))
+        _, samples = parse(render(pipelines=pipelines, sources=[], **kw))
         shown = {(lab["store"], lab["group"]) for n, lab, _ in samples if n == "offsetwatch_pipeline_lag_messages"}
         counts = {lab["exported"]: v for n, lab, v in samples if n == "offsetwatch_metrics_pipelines"}
         assert counts == {"true": len(shown), "false": 3 - len(shown)}  # what was left out is said
@@ -136,7 +137,7 @@ def test_4_include_and_exclude_patterns_over_store_topic_group():
 
 
 def test_5_per_partition_lag_when_asked():
-    _, samples = parse(metrics.render(pipelines=[row(partition_lags=((0, 2), (1, None), (7, -3)))], sources=[],
+    _, samples = parse(render(pipelines=[row(partition_lags=((0, 2), (1, None), (7, -3)))], sources=[],
                                       per_partition=True))
     got = {lab["partition"]: v for n, lab, v in samples if n == "offsetwatch_partition_lag_messages"}
     assert got == {"0": 2, "7": -3}  # partition 1's lag is unknown: no sample
@@ -146,7 +147,7 @@ def test_6_source_health():
     ok = SourceHealth(source="store:1", label='store "hb"', consecutive_failures=0,
                       last_success_at=datetime(2024, 1, 1, tzinfo=dt_timezone.utc))
     failing = SourceHealth(source="cluster:2", label="cluster k", consecutive_failures=4, last_success_at=None)
-    _, samples = parse(metrics.render(pipelines=[], sources=[ok, failing]))
+    _, samples = parse(render(pipelines=[], sources=[ok, failing]))
     by = {(n, lab["source"]): v for n, lab, v in samples if "source" in lab}
     assert by[("offsetwatch_source_up", "store:1")] == 1 and by[("offsetwatch_source_up", "cluster:2")] == 0
     assert by[("offsetwatch_source_last_success_timestamp_seconds", "store:1")] == 1704067200.0
@@ -155,7 +156,7 @@ def test_6_source_health():
 
 
 def test_7_values_are_formatted_as_the_format_wants():
-    assert [metrics.format_value(v) for v in (3, 2.5, math.inf, -math.inf, math.nan, True, 1e20)] == [
+    assert [format_value(v) for v in (3, 2.5, math.inf, -math.inf, math.nan, True, 1e20)] == [
         "3", "2.5", "+Inf", "-Inf", "NaN", "1", "1e+20"]
 
 
@@ -174,7 +175,7 @@ def test_8_scrapes_need_a_token_or_a_viewer_session(client, unique_name):
 
     _, token = api_token_issue(user=person("prometheus", VIEWER), name="scraper")
     response = client.get(reverse("metrics"), HTTP_AUTHORIZATION=f"Bearer {token}")
-    assert response.status_code == 200 and response["Content-Type"] == metrics.CONTENT_TYPE
+    assert response.status_code == 200 and response["Content-Type"] == CONTENT_TYPE
     _, samples = parse(response.content.decode())
     mine = [(n, lab, v) for n, lab, v in samples if lab.get("topic") == pipeline.topic]
     assert ("offsetwatch_pipeline_lag_messages", 6.0) in [(n, v) for n, _, v in mine]

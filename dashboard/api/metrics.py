@@ -1,4 +1,4 @@
-"""Prometheus text exposition (format 0.0.4) of pipelines and collectors, written by hand.
+"""/metrics: the pipelines and collectors as Prometheus text (the format itself: offsetwatch.lib.prometheus).
 
 `render` is pure: it takes the selector's plain rows (selectors.pipelines_metrics) and the
 sources' health rows and returns the text; the view only reads settings and calls it.
@@ -15,35 +15,13 @@ applies to a label value. Source labels carry a store's URL: always masked.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from fnmatch import fnmatchcase
 
+from offsetwatch.lib.prometheus import Family
 from streamoffsets.evaluation import Status
 from streamoffsets.urls import mask_secrets
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-def escape_label_value(value: str) -> str:
-    """Backslash, double quote and newline escaped, as the exposition format requires."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def format_value(value: float | int) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
 
 
 def pipeline_selected(key: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
@@ -51,22 +29,6 @@ def pipeline_selected(key: str, include: Sequence[str], exclude: Sequence[str]) 
     if include and not any(fnmatchcase(key, pattern) for pattern in include):
         return False
     return not any(fnmatchcase(key, pattern) for pattern in exclude)
-
-
-class _Family:
-    def __init__(self, name: str, help_text: str):
-        self.name, self.help_text, self.samples = name, help_text, []
-
-    def add(self, labels: dict[str, str], value) -> None:
-        if value is not None:
-            self.samples.append((labels, value))
-
-    def lines(self) -> Iterable[str]:
-        yield f"# HELP {self.name} {_escape_help(self.help_text)}"
-        yield f"# TYPE {self.name} gauge"
-        for labels, value in self.samples:
-            text = ",".join(f'{k}="{escape_label_value(str(v))}"' for k, v in labels.items())
-            yield f"{self.name}{{{text}}} {format_value(value)}" if text else f"{self.name} {format_value(value)}"
 
 
 _STATUS_HELP = ("Pipeline status as a number, worst highest: " +
@@ -82,15 +44,15 @@ def render(
     source_state), healthy and poll_age_s; `collectors`: collector_health.CollectorPart (name, up,
     last_seen_at) judged at `now`. Unknown values (no evaluation yet, lag in seconds not yet
     known, a collector part that cannot be told) are left out, never exported as 0."""
-    lag = _Family("offsetwatch_pipeline_lag_messages", "Total lag: messages between committed offsets and high watermarks.")
-    lag_s = _Family("offsetwatch_pipeline_lag_seconds",
+    lag = Family("offsetwatch_pipeline_lag_messages", "Total lag: messages between committed offsets and high watermarks.")
+    lag_s = Family("offsetwatch_pipeline_lag_seconds",
                     "Largest per-partition lag in seconds (absent while unknown).")
-    status = _Family("offsetwatch_pipeline_status", _STATUS_HELP)
-    margin = _Family("offsetwatch_pipeline_retention_margin_messages",
+    status = Family("offsetwatch_pipeline_status", _STATUS_HELP)
+    margin = Family("offsetwatch_pipeline_retention_margin_messages",
                      "Smallest per-partition margin (committed - low watermark); negative: data was deleted unread.")
-    left = _Family("offsetwatch_pipeline_retention_seconds_left",
+    left = Family("offsetwatch_pipeline_retention_seconds_left",
                    "Seconds until retention deletes unread data at the current rates; +Inf when no such risk is seen.")
-    part = _Family("offsetwatch_partition_lag_messages", "Lag of one partition (OFFSETWATCH_METRICS_PER_PARTITION).")
+    part = Family("offsetwatch_partition_lag_messages", "Lag of one partition (OFFSETWATCH_METRICS_PER_PARTITION).")
     exported = skipped = 0
     for p in pipelines:
         if not pipeline_selected(f"{p.store}/{p.topic}/{p.group}", include, exclude):
@@ -109,10 +71,10 @@ def render(
             for partition, value in p.partition_lags:
                 part.add({**labels, "partition": str(partition)}, value)
 
-    up = _Family("offsetwatch_source_up", "1 when the last poll of the source (a store or a cluster's watermarks) succeeded.")
-    last_ok = _Family("offsetwatch_source_last_success_timestamp_seconds", "Unix time of the source's last successful poll.")
-    failures = _Family("offsetwatch_source_consecutive_failures", "Failed polls of the source in a row.")
-    poll_age = _Family("offsetwatch_source_seconds_since_last_poll",
+    up = Family("offsetwatch_source_up", "1 when the last poll of the source (a store or a cluster's watermarks) succeeded.")
+    last_ok = Family("offsetwatch_source_last_success_timestamp_seconds", "Unix time of the source's last successful poll.")
+    failures = Family("offsetwatch_source_consecutive_failures", "Failed polls of the source in a row.")
+    poll_age = Family("offsetwatch_source_seconds_since_last_poll",
                        "Seconds since the source's last poll (success or failure) ended.")
     for s in sources:
         # The label names the source's URL: masked (again: rows written before masking existed).
@@ -124,11 +86,11 @@ def render(
         failures.add(labels, s.consecutive_failures)
         poll_age.add(labels, getattr(s, "poll_age_s", None))
 
-    collector_up = _Family("offsetwatch_collector_up",
+    collector_up = Family("offsetwatch_collector_up",
                            "1 when a part of the collector system works (broker: Redis answers; beat: it ticked "
                            "within OFFSETWATCH_COLLECTOR_STALE_AFTER; workers: they ran a task or a poll within it). "
                            "Absent while it cannot be told (e.g. the workers while beat is down).")
-    collector_age = _Family("offsetwatch_collector_seconds_since_last_seen",
+    collector_age = Family("offsetwatch_collector_seconds_since_last_seen",
                             "Seconds since a part of the collector system was last seen working "
                             "(beat: its last tick; workers: their last collect_all or poll).")
     for piece in collectors:
@@ -138,13 +100,13 @@ def render(
             collector_age.add(labels, piece.seconds_since(now))
     if now is not None and sources:
         ends = [s.last_attempt_at.timestamp() + (s.last_duration_ms or 0) / 1000 for s in sources if s.last_attempt_at]
-        last_poll = _Family("offsetwatch_collector_seconds_since_last_poll",
+        last_poll = Family("offsetwatch_collector_seconds_since_last_poll",
                             "Seconds since any source's poll last ended: the collectors' pulse.")
         last_poll.add({}, max(0.0, now.timestamp() - max(ends)) if ends else None)
     else:
         last_poll = None
 
-    counts = _Family("offsetwatch_metrics_pipelines",
+    counts = Family("offsetwatch_metrics_pipelines",
                      "Pipelines known, by whether OFFSETWATCH_METRICS_INCLUDE/_EXCLUDE let them be exported.")
     counts.add({"exported": "true"}, exported)
     counts.add({"exported": "false"}, skipped)

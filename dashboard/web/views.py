@@ -179,7 +179,7 @@ def metrics_view(request):
         include=settings.METRICS_INCLUDE, exclude=settings.METRICS_EXCLUDE,
         per_partition=settings.METRICS_PER_PARTITION, collectors=status.parts, now=status.now,
     )
-    return HttpResponse(text, content_type=metrics.CONTENT_TYPE)
+    return HttpResponse(text, content_type=CONTENT_TYPE)
 
 
 @require_GET
