@@ -38,6 +38,7 @@ from dashboard.monitoring.selectors import (
 )
 from dashboard.rewinds.selectors import pipeline_rewinds
 from dashboard.web.forms import OverviewFilterForm
+from offsetwatch.lib.prometheus import CONTENT_TYPE
 from streamoffsets.urls import mask_secrets
 
 
