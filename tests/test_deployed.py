@@ -96,9 +96,9 @@ def world(deployed, stack):
     for i, offsets in enumerate(({0: 1, 1: 1}, {0: 3, 1: 4}, {0: 6, 1: 5})):
         hbase.save_batch(BatchOffsets(topic, "etl", 1_700_000_000_000 + i * 60_000, offsets))
     ids = deployed.shell_json(
-        "from dashboard import services\n"
-        f"c = services.cluster_get_or_create(name='deployed', bootstrap_servers={stack.kafka_bootstrap!r})\n"
-        f"s = services.store_get_or_create(name='deployed-hbase', kind='hbase', url={url!r}, cluster=c)\n"
+        "from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create\n"
+        f"c = cluster_get_or_create(name='deployed', bootstrap_servers={stack.kafka_bootstrap!r})\n"
+        f"s = store_get_or_create(name='deployed-hbase', kind='hbase', url={url!r}, cluster=c)\n"
         "result = {'cluster': c.pk, 'store': s.pk}")
     # The collectors find the pipeline and sample its lag on their own (beat -> worker).
     pipeline = wait_for(lambda: deployed.shell_json(
