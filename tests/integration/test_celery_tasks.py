@@ -191,7 +191,7 @@ def test_a_killed_workers_lock_is_free_within_the_short_ttl(unique_name):
     import subprocess
     import sys
 
-    from tests.test_deploy import ROOT
+    from tests.paths import ROOT
 
     source = f"store:{unique_name('killed')}"
     env = {**os.environ, "OFFSETWATCH_POLL_LOCK_TTL": "2"}

@@ -1,5 +1,6 @@
-"""/metrics: the exposition text parsed back line by line (names, labels, escaping), the
-cardinality settings, and who may scrape."""
+"""/metrics: the exposition text parsed back line by line (names, labels, escaping) and the
+cardinality settings. Who may scrape, and the settings through the view:
+tests/integration/test_metrics_view.py."""
 from __future__ import annotations
 
 import math
@@ -7,17 +8,9 @@ import re
 from datetime import datetime
 from datetime import timezone as dt_timezone
 
-import pytest
-from django.urls import reverse
-from django.utils import timezone
-
-from dashboard.accounts.roles import VIEWER
-from dashboard.accounts.tokens import api_token_issue
 from dashboard.api import metrics
 from dashboard.models import SourceHealth
 from dashboard.monitoring.overview import PipelineMetrics
-from dashboard.monitoring.services import source_health_record
-from tests.factories import offline_pipeline, person
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 _NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -157,47 +150,3 @@ def test_6_source_health():
 def test_7_values_are_formatted_as_the_format_wants():
     assert [metrics.format_value(v) for v in (3, 2.5, math.inf, -math.inf, math.nan, True, 1e20)] == [
         "3", "2.5", "+Inf", "-Inf", "NaN", "1", "1e+20"]
-
-
-# --- the view ------------------------------------------------------------------------------------
-
-
-@pytest.mark.django_db
-def test_8_scrapes_need_a_token_or_a_viewer_session(client, unique_name):
-    pipeline = offline_pipeline(unique_name, partitions={0: (0, 10), 1: (0, 5)}, batches=[(1_700_000_000_000, {0: 4, 1: 5})])
-    response = client.get(reverse("metrics"))
-    assert response.status_code == 401 and response["Content-Type"].startswith("text/plain")
-    assert "Authorization: Bearer" in response.content.decode()
-    client.force_login(person("dave_norole"))
-    assert client.get(reverse("metrics")).status_code == 403
-    client.logout()
-
-    _, token = api_token_issue(user=person("prometheus", VIEWER), name="scraper")
-    response = client.get(reverse("metrics"), HTTP_AUTHORIZATION=f"Bearer {token}")
-    assert response.status_code == 200 and response["Content-Type"] == metrics.CONTENT_TYPE
-    _, samples = parse(response.content.decode())
-    mine = [(n, lab, v) for n, lab, v in samples if lab.get("topic") == pipeline.topic]
-    assert ("offsetwatch_pipeline_lag_messages", 6.0) in [(n, v) for n, _, v in mine]
-    assert ("offsetwatch_pipeline_retention_margin_messages", 4.0) in [(n, v) for n, _, v in mine]
-
-    client.force_login(person("alice_viewer", VIEWER))
-    assert client.get(reverse("metrics")).status_code == 200
-
-
-@pytest.mark.django_db
-def test_9_the_settings_shape_the_scrape(client, settings, unique_name):
-    kept = offline_pipeline(unique_name, group="billing", partitions={0: (0, 10), 1: (0, 5)},
-                            batches=[(1_700_000_000_000, {0: 4, 1: 5})])
-    dropped = offline_pipeline(unique_name, group="scratch", partitions={0: (0, 3)}, batches=[(1_700_000_000_000, {0: 1})])
-    source_health_record(source=f"store:{kept.store_id}", label="store x", started_at=timezone.now(),
-                                  duration_ms=5)
-    settings.METRICS_INCLUDE = [f"{kept.store.name}/*", f"{dropped.store.name}/*"]
-    settings.METRICS_EXCLUDE = ["*/scratch"]
-    settings.METRICS_PER_PARTITION = True
-    client.force_login(person("alice_viewer", VIEWER))
-    _, samples = parse(client.get(reverse("metrics")).content.decode())
-    groups = {lab["group"] for n, lab, _ in samples if n == "offsetwatch_pipeline_lag_messages"}
-    assert groups == {"billing"}
-    partitions = {lab["partition"]: v for n, lab, v in samples if n == "offsetwatch_partition_lag_messages"}
-    assert partitions == {"0": 6.0, "1": 0.0}
-    assert (f"store:{kept.store_id}", 1.0) in [(lab["source"], v) for n, lab, v in samples if n == "offsetwatch_source_up"]

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import ROOT
+
 COMPOSE = ROOT / "docker-compose.yml"
 SETTINGS_SOURCE = (ROOT / "offsetwatch" / "settings.py").read_text()
 GOOD_KEY = "k" * 20 + "-random-enough-for-the-check-" + "z" * 20

@@ -23,7 +23,8 @@ from dashboard.audit.selectors import audit_verification_forget
 from dashboard.audit.services import audit_append, change_lines, request_actor
 from dashboard.models import ApiToken, AuditEvent, Cluster, Pipeline, PipelineToken, Store
 from tests.factories import offline_pipeline, person
-from tests.test_audit_chain import _behind_the_apps_back
+from tests.integration.test_audit_chain import _behind_the_apps_back
+from tests.paths import ROOT
 
 pytestmark = pytest.mark.django_db
 
@@ -86,7 +87,7 @@ def test_verify_audit_exits_1_in_a_shell_when_an_event_was_removed():
 
     def run():
         return subprocess.run([sys.executable, "manage.py", "verify_audit"], capture_output=True, text=True, env=env,
-                              timeout=60, cwd=os.path.dirname(os.path.dirname(__file__)))
+                              timeout=60, cwd=ROOT)
 
     ok = run()
     assert (ok.returncode, ok.stdout) == (0, "audit log intact: 3 events\n")

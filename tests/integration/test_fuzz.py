@@ -19,7 +19,7 @@ from django.urls import resolve, reverse
 
 from dashboard.exports import views as exports
 from tests.factories import security_world
-from tests.test_security import MATRIX, example_path, site_routes
+from tests.integration.test_security import MATRIX, example_path, site_routes
 
 pytestmark = pytest.mark.django_db
 
@@ -255,7 +255,7 @@ FORMS = {
 
 def test_no_form_value_is_a_server_error(world):
     """Every field of every form a person posts, with every hostile value (rolled back each time)."""
-    from tests.test_security import run_isolated
+    from tests.integration.test_security import run_isolated
 
     root = world.actors["superuser"].client()
     root.raise_request_exception = False  # every failure listed, not only the first

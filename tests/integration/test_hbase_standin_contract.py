@@ -15,12 +15,13 @@ import subprocess
 import sys
 import time
 from collections import OrderedDict
-from pathlib import Path
 
 import happybase
 import pytest
 from Hbase_thrift import AlreadyExists
 from Hbase_thrift import IOError as HbaseIOError
+
+from tests.paths import ROOT
 
 FOREVER = 2**31 - 1  # HConstants.FOREVER, the TTL HBase reports for "never expires"
 
@@ -483,7 +484,7 @@ def test_standin_cli_exits_cleanly_on_sigterm():
     proc = subprocess.Popen(
         [sys.executable, "-m", "devstack.hbase_standin", "--host", "127.0.0.1", "--port", str(port)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=ROOT,
     )
     try:
         assert proc.stdout.readline().strip() == f"HBase Thrift stand-in listening on 127.0.0.1:{port}"

@@ -17,7 +17,7 @@ from reference_job.job import JobConfig, ReferenceJob
 from reference_job.producer import ensure_topic, produce_forever
 from streamoffsets.kafka import KafkaWatermarkReader
 from tests.factories import person
-from tests.test_celery_tasks import wait_for
+from tests.integration.test_celery_tasks import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]
 
