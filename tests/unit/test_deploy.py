@@ -1,8 +1,11 @@
-"""The deployment: docker-compose wiring, production settings, health checks, queues, client configs.
+"""The deployment without servers: docker-compose wiring, scripts/setup.sh, production settings,
+queues, the job's Kafka source options. Against servers (health checks, client configurations,
+Spark's own Kafka source, the HBase transport): tests/integration/test_deploy_servers.py.
 
 No Docker engine runs here: the compose file is validated by `docker-compose config` and its
-wiring checked by reading it. Settings are loaded in fresh interpreters with the environment a
-container would have, as `django.setup()` in a service does.
+wiring checked by loading it. Settings are loaded in fresh interpreters with the environment a
+container would have, as `django.setup()` in a service does; which variables they read is
+recorded as they load, never looked up in their source.
 """
 from __future__ import annotations
 
@@ -10,10 +13,8 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,6 @@ import yaml
 from tests.paths import ROOT
 
 COMPOSE = ROOT / "docker-compose.yml"
-SETTINGS_SOURCE = (ROOT / "offsetwatch" / "settings.py").read_text()
 GOOD_KEY = "k" * 20 + "-random-enough-for-the-check-" + "z" * 20
 APP_VARS = re.compile(r"^(OFFSETWATCH_\w+|DATABASE_URL|REDIS_URL)$")
 
@@ -86,29 +86,55 @@ def test_the_services(normalized):
         "kafka", "zookeeper", "hbase", "postgres", "redis", "migrate", "web", "worker", "beat", "spark-job", "producer"}
 
 
-def read_by_settings(name: str) -> bool:
-    base = name.removesuffix("_FILE")
-    return f'"{name}"' in SETTINGS_SOURCE or f'"{base}"' in SETTINGS_SOURCE
+# Loads the settings and the Celery app as a service starts them, recording every environment
+# variable they read (os.environ.get, os.getenv and `in` all go through __getitem__).
+RECORD_VARIABLES_READ = """
+import json, os
+read = set()
+_getitem = os._Environ.__getitem__
+def _recording(self, key):
+    read.add(key)
+    return _getitem(self, key)
+os._Environ.__getitem__ = _recording
+import django
+django.setup()
+import offsetwatch.celery
+print(json.dumps(sorted(read)))
+"""
 
 
-def test_every_app_variable_a_service_sets_is_read_by_the_settings(raw):
+@pytest.fixture(scope="module")
+def variables_read() -> set[str]:
+    """The environment variables the settings and the Celery app read when they load: with local
+    defaults, and in production with every value of .env.example set (some are read only there)."""
+    read: set[str] = set()
+    for env in ({}, {**env_example(), **PRODUCTION}):
+        result = subprocess.run([sys.executable, "-c", RECORD_VARIABLES_READ], cwd=ROOT, env=app_environment(env),
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr[-2000:]
+        read |= set(json.loads(result.stdout.strip().splitlines()[-1]))
+    return read
+
+
+def test_every_app_variable_a_service_sets_is_read_by_the_settings(raw, variables_read):
     set_by_compose = {name for service in raw["services"].values()
                       for name in (service.get("environment") or {}) if APP_VARS.match(name)}
     assert {"DATABASE_URL", "REDIS_URL", "OFFSETWATCH_ENV"} <= set_by_compose
-    assert [name for name in sorted(set_by_compose) if not read_by_settings(name)] == []
+    assert sorted(set_by_compose - variables_read) == []
 
 
-def test_every_env_example_variable_is_read_by_settings_or_compose():
-    compose_text = COMPOSE.read_text()
+def test_every_env_example_variable_is_read_by_settings_or_compose(variables_read):
+    compose_text = COMPOSE.read_text()  # the compose file is config: its ${NAME} interpolations
     unread = [name for name in env_example()
-              if not read_by_settings(name) and not re.search(r"\$\{" + name + r"[:}]", compose_text)]
+              if name not in variables_read and not re.search(r"\$\{" + name + r"[:}]", compose_text)]
     assert unread == []
     # ...and it holds no real secret: the production check refuses its key.
     assert env_example()["OFFSETWATCH_SECRET_KEY"].startswith("change-me")
 
 
 def test_secrets_stay_out_of_git():
-    assert ".env" in (ROOT / ".gitignore").read_text().split()
+    ignored = subprocess.run(["git", "check-ignore", "--quiet", ".env"], cwd=ROOT, capture_output=True, text=True)
+    assert ignored.returncode == 0, "git would track a .env: " + ignored.stderr
     tracked = subprocess.run(["git", "ls-files", ".env"], cwd=ROOT, capture_output=True, text=True).stdout
     assert tracked.strip() == ""
 
@@ -170,22 +196,64 @@ def test_data_lives_in_named_volumes(normalized):
         assert mounts[path] in normalized["volumes"], (name, path)  # a named volume, not a host path
 
 
-def test_setup_installs_docker_compose_for_tests_only_when_missing():
-    script = (ROOT / "scripts" / "setup.sh").read_text()
-    line = next(line for line in script.splitlines() if "docker-compose)" in line and "apt_packages+=" in line)
-    assert "want_test" in line and "command -v docker-compose" in line
-    assert "--no-install-recommends" in script
+def run_setup(tmp_path, *args: str, present: tuple[str, ...]) -> list[str]:
+    """scripts/setup.sh run in a sandbox where only the commands `present` (and the shell's own
+    tools) are installed: apt-get and sudo record what they are asked; Python and its packages
+    count as installed. Returns the apt-get calls, one line of arguments each."""
+    root, bin_dir = tmp_path / "repo", tmp_path / "bin"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "setup.sh", root / "scripts" / "setup.sh")
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    (root / ".venv" / "bin").mkdir(parents=True)
+    digest = subprocess.run(["sha256sum", "pyproject.toml"], cwd=root, capture_output=True, text=True).stdout.split()[0]
+    (root / ".venv" / ".offsetwatch-installed").write_text(digest + "\n")  # packages up to date
+    bin_dir.mkdir()
+    for tool in ("dirname", "id", "sha256sum", "cut", "cat"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    calls = tmp_path / "apt-get.calls"
+    stubs = {"apt-get": f'echo "$*" >> {calls}', "sudo": 'exec "$@"', "python3.11": "exit 0",
+             **{name: "exit 0" for name in present}}
+    for stub, body in [*((bin_dir / name, body) for name, body in stubs.items()), (root / ".venv/bin/python", "exit 0")]:
+        stub.write_text(f"#!{shutil.which('bash')}\n{body}\n")
+        stub.chmod(0o755)
+    result = subprocess.run([shutil.which("bash"), "scripts/setup.sh", *args], cwd=root, capture_output=True, text=True,
+                            env={"PATH": str(bin_dir), "HOME": str(tmp_path)}, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return calls.read_text().splitlines() if calls.exists() else []
+
+
+def installed(calls: list[str]) -> list[str]:
+    return [word for call in calls if call.split()[:1] == ["install"] for word in call.split()[1:]
+            if not word.startswith("-")]
+
+
+EVERYTHING_BUT_COMPOSE = ("java", "redis-server", "chromium", "pg_ctlcluster")
+
+
+def test_setup_installs_docker_compose_for_tests_only_when_missing(tmp_path):
+    calls = run_setup(tmp_path / "test", "--test", present=EVERYTHING_BUT_COMPOSE)
+    assert "docker-compose" in installed(calls)
+    assert all("--no-install-recommends" in call for call in calls if call.startswith("install"))
+    assert "docker-compose" not in installed(run_setup(tmp_path / "run", present=EVERYTHING_BUT_COMPOSE))
+    assert "docker-compose" not in installed(
+        run_setup(tmp_path / "present", "--test", present=(*EVERYTHING_BUT_COMPOSE, "docker-compose")))
 
 
 # --- production settings -----------------------------------------------------------------------
 
-def load_settings(env: dict[str, str], code: str = "") -> subprocess.CompletedProcess:
-    """Import the settings in a fresh interpreter with exactly this application environment."""
+def app_environment(env: dict[str, str]) -> dict[str, str]:
+    """This process's environment without its application variables, then exactly `env`."""
     base = {k: v for k, v in os.environ.items() if not APP_VARS.match(k)}
     base.update({"DJANGO_SETTINGS_MODULE": "offsetwatch.settings", "DATABASE_URL": "sqlite:////tmp/ow-deploy-test.sqlite3"})
     base.update(env)
+    return base
+
+
+def load_settings(env: dict[str, str], code: str = "") -> subprocess.CompletedProcess:
+    """Import the settings in a fresh interpreter with exactly this application environment."""
     script = "import django; django.setup()\nfrom django.conf import settings\n" + code
-    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=base, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=app_environment(env), capture_output=True,
+                          text=True, timeout=60)
 
 
 PRODUCTION = {"OFFSETWATCH_ENV": "production", "OFFSETWATCH_SECRET_KEY": GOOD_KEY,
@@ -292,7 +360,7 @@ def test_gunicorn_serves_static_files_through_whitenoise(tmp_path):
     assert "immutable" in " ".join(cache)
 
 
-# --- queues, health ----------------------------------------------------------------------------
+# --- queues ------------------------------------------------------------------------------------
 
 def test_polls_go_to_the_collect_queue_everything_else_to_default():
     from offsetwatch.celery import app
@@ -304,106 +372,6 @@ def test_polls_go_to_the_collect_queue_everything_else_to_default():
                  "dashboard.tasks.export_run", "dashboard.tasks.notify_deliver"):
         assert route({}, task)["queue"].name == "default", task
     assert set(app.amqp.queues) == {"collect", "default"}
-
-
-@pytest.mark.server
-def test_worker_health_check_answers_while_the_worker_runs():
-    """The compose healthcheck's command against a real worker: 0 while it runs, not 0 after."""
-    node = f"health-{uuid.uuid4().hex[:8]}@{socket.gethostname()}"
-    ping = [sys.executable, "-m", "celery", "-A", "offsetwatch.celery", "inspect", "ping", "--destination", node,
-            "--timeout", "5"]
-    worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "offsetwatch.celery", "worker", "-n", node,
-                               "--pool", "solo", "--loglevel", "WARNING", "-Q", "default"],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        answered = False
-        for _ in range(10):
-            if subprocess.run(ping, cwd=ROOT, capture_output=True, timeout=60).returncode == 0:
-                answered = True
-                break
-        assert answered
-    finally:
-        worker.terminate()
-        worker.wait(30)
-    assert subprocess.run(ping, cwd=ROOT, capture_output=True, timeout=60).returncode != 0
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed when the socket is: nothing listens there
-
-
-@pytest.mark.django_db
-def test_healthz_ok_with_database_and_redis(client, collectors_ticking):
-    response = client.get("/healthz")
-    assert (response.status_code, response.json()) == (200, {"status": "ok"})
-
-
-@pytest.mark.django_db
-def test_healthz_names_redis_when_it_is_unreachable(client, settings, collectors_ticking):
-    settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
-    response = client.get("/healthz")
-    assert response.status_code == 503
-    body = response.json()
-    assert body["status"] == "error" and body["failed"] == ["redis"]
-    assert "ConnectionError" in body["redis"] and "database" not in body
-
-
-# --- client configuration for secured clusters --------------------------------------------------
-
-@pytest.mark.django_db
-def test_a_clusters_kafka_client_config_reaches_its_clients(settings):
-    """An invalid librdkafka value makes the client itself refuse: proof the config is passed to
-    the watermark reader (cluster poll) and the Kafka group store (store poll) of that cluster."""
-    from collectors import cycle
-    from dashboard.models import SourceHealth
-    from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
-
-    name = f"secured-{uuid.uuid4().hex[:6]}"
-    bootstrap = f"127.0.0.1:{closed_port()}"
-    cluster = cluster_get_or_create(name=name, bootstrap_servers=bootstrap)
-    store = store_get_or_create(name=f"{name}-groups", kind="kafka", url=f"kafka://{bootstrap}", cluster=cluster)
-    settings.KAFKA_CLIENT_CONFIGS = {name: {"security.protocol": "not-a-protocol"}}
-    for poll, pk, source in [(cycle.poll_cluster, cluster.pk, f"cluster:{cluster.pk}"),
-                             (cycle.poll_store, store.pk, f"store:{store.pk}")]:
-        with pytest.raises(cycle.SourceFailed):
-            poll(pk)
-        error = SourceHealth.objects.get(source=source).last_error
-        assert "security.protocol" in error and "not-a-protocol" in error, error
-    # A config for another cluster only: this one's client starts, and its poll (no topic
-    # tracked yet, so nothing to ask the broker) succeeds.
-    settings.KAFKA_CLIENT_CONFIGS = {"other": {"security.protocol": "not-a-protocol"}}
-    cycle.poll_cluster(cluster.pk)
-    assert SourceHealth.objects.get(source=f"cluster:{cluster.pk}").consecutive_failures == 0
-
-
-def test_zookeeper_store_with_digest_credentials(stack, unique_name):
-    """zk://user:password@hosts/chroot authenticates; nodes it creates are writable only by that
-    identity and readable by anyone (the dashboard's collectors included)."""
-    from streamoffsets.errors import OffsetStoreError
-    from streamoffsets.stores.registry import open_store
-    from streamoffsets.types import BatchOffsets
-
-    chroot = f"/{unique_name('acl')}"
-    plain = f"zk://{stack.zookeeper_hosts}"
-    with open_store(plain) as root:  # the chroot must exist (kazoo never creates it)
-        root._connection().ensure_path(chroot)
-    job = open_store(f"zk://job:s%40cret@{stack.zookeeper_hosts}{chroot}")
-    anonymous = open_store(f"{plain}{chroot}")
-    intruder = open_store(f"zk://job:wrong@{stack.zookeeper_hosts}{chroot}")
-    try:
-        assert "s@cret" not in job.name and "s%40cret" not in job.name
-        job.save_batch(BatchOffsets("orders", "etl", 1_700_000_000_000, {0: 10, 1: 20}))
-        assert anonymous.load_latest("orders", "etl").offsets == {0: 10, 1: 20}
-        for other in (anonymous, intruder):
-            with pytest.raises(OffsetStoreError, match="NoAuth"):
-                other.save_batch(BatchOffsets("orders", "etl", 1_700_000_001_000, {0: 11, 1: 21}))
-        job.save_batch(BatchOffsets("orders", "etl", 1_700_000_002_000, {0: 12, 1: 22}))
-        assert anonymous.load_latest("orders", "etl").offsets == {0: 12, 1: 22}
-    finally:
-        for s in (job, anonymous, intruder):
-            s.close()
 
 
 # --- the job's Kafka source ----------------------------------------------------------------------
@@ -435,38 +403,3 @@ def test_job_source_option_defaults_to_the_python_source():
     from reference_job.job import JobConfig
 
     assert JobConfig("b", "t", "g", "hbase://h/t", Path("o")).source == "python"
-
-
-@pytest.mark.spark
-def test_official_source_is_sparks_own_kafka_format(spark):
-    """Spark's `kafka` format needs the spark-sql-kafka jar (--packages): without it, loading
-    fails naming the data source, which shows the job really asks Spark for its own source."""
-    from pyspark.errors import AnalysisException
-
-    from reference_job.sources import kafka_stream_reader
-
-    reader = kafka_stream_reader(spark, source="official", bootstrap="127.0.0.1:9", topic="orders",
-                                 starting_offsets='{"orders": {"0": 0}}', partitions=1)
-    with pytest.raises(AnalysisException, match="(?i)kafka"):
-        reader.load()
-
-
-def test_hbase_url_chooses_the_thrift_transport_and_protocol(stack):
-    """The stand-in, like `hbase thrift start` by default, speaks buffered transport and binary
-    protocol: a framed or compact client gets no answer from it, so the options reach happybase."""
-    from streamoffsets.errors import OffsetStoreError
-    from streamoffsets.stores.hbase import HBaseOffsetStore
-
-    base = f"hbase://{stack.hbase_host}:{stack.hbase_port}/stream_kafka_offsets"
-    store = HBaseOffsetStore.from_url(base + "?transport=framed&protocol=compact", timeout_ms=1500)
-    assert (store.transport, store.protocol) == ("framed", "compact")
-    with pytest.raises(OffsetStoreError):
-        store.list_pipelines()
-    store.close()
-    with HBaseOffsetStore.from_url(base + "?transport=buffered&protocol=binary") as ok:
-        ok.ensure_table()
-        assert isinstance(ok.list_pipelines()[0], list)
-    with pytest.raises(ValueError, match="transport='http' is not one of buffered, framed"):
-        HBaseOffsetStore.from_url(base + "?transport=http")
-    with pytest.raises(ValueError, match="unknown option"):
-        HBaseOffsetStore.from_url(base + "?compat=0.92")
