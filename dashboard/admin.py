@@ -1,6 +1,6 @@
 """The admin: every change made here appends an audit event in the change's transaction.
 
-Every registered model admin is an AuditedAdmin (tests/test_audit_coverage.py walks
+Every registered model admin is an AuditedAdmin (tests/integration/test_audit_coverage.py walks
 admin.site's registry and fails for one that is not): additions, changes (many-to-many fields
 such as a group's permissions included) and deletions. Rows the collectors or the jobs write
 (source health, store problems, incidents, start reports) are read-only here; deleting them is

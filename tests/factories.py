@@ -161,7 +161,7 @@ def approved_replay(stack, unique_name, tmp_path) -> dict:
     return {"topic": topic, "group": group, "root": root, "rewind": rewind, "token": token, "pipeline": pipeline}
 
 
-# --- the security suite's actors and world (tests/test_security.py, tests/test_fuzz.py) ---------
+# --- the security suite's actors and world (tests/integration/test_security.py, tests/integration/test_fuzz.py) ---------
 
 # Everyone who can knock: people by role, a staff user with a few admin permissions, an API token
 # (acting as a viewer, as Grafana or a script would hold one) and a job's pipeline token, for its

@@ -171,7 +171,7 @@ def audit_unlocked(sender, instance: AccessAttempt, **kwargs):
 
 
 def register_admin() -> None:
-    """Replace axes' admins with audited ones (every admin is: tests/test_audit_coverage.py walks
+    """Replace axes' admins with audited ones (every admin is: tests/integration/test_audit_coverage.py walks
     the registry). Deleting access attempts is an unlock when one was in force, named with the
     admin who did it; attempts and failure logs are read-only rows whose deletion is audited;
     the success log is off (AXES_DISABLE_ACCESS_LOG), so its admin is not shown. Called from the

@@ -1,6 +1,6 @@
 """The versioned JSON API (/api/v1/): thin views that validate parameters and call a selector.
 
-Described by dashboard/openapi.json (served at /api/v1/openapi.json; tests/test_api.py checks
+Described by dashboard/openapi.json (served at /api/v1/openapi.json; tests/integration/test_api.py checks
 the document against these views). People use their session; machines send an API token
 (`Authorization: Bearer owu_...`, manage.py issue_api_token) acting with its user's roles; jobs
 report starts with their pipeline token (owp_). Every error is JSON {"error": "..."}: 400 names

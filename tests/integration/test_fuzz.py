@@ -3,7 +3,7 @@ values (deterministic: the same ones every run, so a failure reproduces), never 
 answer under /api/ is JSON.
 
 Each GET route lists its parameters in PARAMS (a route missing from it fails the test, as in
-tests/test_security.py); each parameter is tried alone with every hostile value of its kind and
+tests/integration/test_security.py); each parameter is tried alone with every hostile value of its kind and
 of the generic kind, then every route gets random combinations (seeded) with repeated parameters.
 Chart images are not rendered here (exports.render_image stubbed: the parameters are the subject,
 not Chromium).

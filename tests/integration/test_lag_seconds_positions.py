@@ -136,7 +136,7 @@ def test_a_position_deleted_by_retention_has_no_lag_in_seconds_and_says_why(uniq
     position (3) is below the low watermark (5): its record is gone and the position does not
     exist any more, so the state wins (docs/NUMBERS.md): no estimate, and the reason is given.
     (Records gone inside the range, compaction or transaction markers, are estimated and say so:
-    tests/test_lag_seconds_rules.py.)"""
+    tests/unit/test_lag_seconds_rules.py.)"""
     from datetime import timedelta
 
     from django.utils import timezone

@@ -2,8 +2,8 @@
 
 Tansu cannot move the low watermark (delete_records crashes it) nor add partitions, so the
 out-of-range and growth cases run here only against a full Kafka given by KAFKA_BOOTSTRAP
-(e.g. `KAFKA_BOOTSTRAP=broker:9092 scripts/test.sh tests/test_restart_kafka.py`); on Tansu they
-are covered at the watermark seam in tests/test_restart.py.
+(e.g. `KAFKA_BOOTSTRAP=broker:9092 scripts/test.sh tests/integration/test_restart_kafka.py`); on Tansu they
+are covered at the watermark seam in tests/unit/test_restart.py.
 """
 from __future__ import annotations
 

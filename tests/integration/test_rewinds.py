@@ -316,7 +316,7 @@ def test_request_and_approval_notify_with_before_and_after(payments, actors, dja
 
 def test_a_point_in_time_from_the_broker_s_index(payments, actors, monkeypatch):
     """Tansu answers every timestamp lookup with 0, so the broker's answer enters at its seam here;
-    tests/test_restart_kafka.py checks the lookup itself on a full Kafka (KAFKA_BOOTSTRAP)."""
+    tests/integration/test_restart_kafka.py checks the lookup itself on a full Kafka (KAFKA_BOOTSTRAP)."""
     from dashboard.rewinds import services as rewinds
 
     asked = []

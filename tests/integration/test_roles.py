@@ -1,5 +1,5 @@
 """Roles (viewer, operator, approver) and what they imply, refusals that name the role, create_user.
-Who may reach each route, and CSRF on every unsafe route: tests/test_security.py."""
+Who may reach each route, and CSRF on every unsafe route: tests/integration/test_security.py."""
 from __future__ import annotations
 
 import io
@@ -63,7 +63,7 @@ def test_inactive_users_and_unknown_roles(actors):
         role_required("admin")
 
 
-# --- refusals (who may reach which route: the matrix in tests/test_security.py) ---------------
+# --- refusals (who may reach which route: the matrix in tests/integration/test_security.py) ---------------
 
 
 def test_a_user_with_no_role_is_told_so_on_every_data_page(client, actors, unique_name):
@@ -106,7 +106,7 @@ def test_a_role_the_user_lacks_is_named(actors):
     assert approve(request).status_code == 200
 
 
-# (CSRF: the walker over every unsafe route is in tests/test_security.py.)
+# (CSRF: the walker over every unsafe route is in tests/integration/test_security.py.)
 
 
 # --- manage.py create_user -------------------------------------------------------------------------

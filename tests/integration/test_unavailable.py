@@ -1,5 +1,5 @@
 """The 503 answered while the database is away (dashboard/web/unavailable.py), at the seam where the
-connection error appears: the query. tests/test_deployed.py stops a real PostgreSQL under gunicorn."""
+connection error appears: the query. tests/integration/test_deployed.py stops a real PostgreSQL under gunicorn."""
 from __future__ import annotations
 
 import pytest

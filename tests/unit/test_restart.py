@@ -1,7 +1,7 @@
 """Where a job starts (streamoffsets.restart), table-driven: each numbered case says why.
 
 Tansu cannot move a low watermark above 0 (delete_records crashes it) nor add partitions, so
-those conditions are produced here at the watermark seam; tests/test_restart_kafka.py runs the
+those conditions are produced here at the watermark seam; tests/integration/test_restart_kafka.py runs the
 same decisions against real brokers (Tansu, and a full Kafka when KAFKA_BOOTSTRAP is set).
 """
 from __future__ import annotations

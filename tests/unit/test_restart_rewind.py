@@ -1,6 +1,6 @@
 """A job's start with an approved rewind (streamoffsets.restart), the pure decisions, table-driven:
 each numbered case says why. The I/O around them (the dashboard over HTTP, the stores, Spark)
-is in tests/test_rewind_job.py."""
+is in tests/integration/test_rewind_job.py."""
 from __future__ import annotations
 
 import json
