@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from devstack.components import LOOPBACK, Stack, StackPorts, free_port
+from tests.actors import actor
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,57 @@ def _fresh_chart_cache_and_heavy_slots(request):
     reset()
     yield
     reset()
+
+
+# --- the cast (tests/actors.py): each named person, made when a test asks for them ---------------
+
+@pytest.fixture
+def vera(db):
+    """The viewer."""
+    return actor("vera")
+
+
+@pytest.fixture
+def vera_logged_in(vera, client):
+    """The viewer, with the test client logged in as her."""
+    client.force_login(vera)
+    return vera
+
+
+@pytest.fixture
+def erin(db):
+    """A second viewer."""
+    return actor("erin")
+
+
+@pytest.fixture
+def olga(db):
+    """The operator (requests rewinds)."""
+    return actor("olga")
+
+
+@pytest.fixture
+def otto(db):
+    """A second operator."""
+    return actor("otto")
+
+
+@pytest.fixture
+def amir(db):
+    """The approver (decides rewinds)."""
+    return actor("amir")
+
+
+@pytest.fixture
+def dave(db):
+    """Logged in with no role."""
+    return actor("dave")
+
+
+@pytest.fixture
+def prometheus(db):
+    """The viewer account a scraper's API token belongs to."""
+    return actor("prometheus")
 
 
 # --- the fast set: `pytest -m unit` runs the tests that need no server, in seconds --------------

@@ -14,26 +14,18 @@ from django.core.management import CommandError, call_command
 from django.urls import Resolver404, URLPattern, resolve, reverse
 from django.utils import timezone
 
-from dashboard.accounts.roles import OPERATOR, VIEWER
 from dashboard.accounts.tokens import api_token_issue, api_token_revoke, pipeline_token_issue, token_hash
 from dashboard.api import urls as api_urls
 from dashboard.api.views import OPENAPI_PATH
 from dashboard.models import ApiToken, LagSample
 from dashboard.monitoring.services import source_health_record
 from offsetwatch.lib.packing import pack, pack_partitions
-from tests.factories import offline_pipeline, person
+from tests.factories import offline_pipeline
 from tests.schema_check import violations
 
 pytestmark = pytest.mark.django_db
 
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
-
-
-@pytest.fixture
-def alice(client):
-    user = person("alice_viewer", VIEWER)
-    client.force_login(user)
-    return user
 
 
 @pytest.fixture
@@ -62,13 +54,12 @@ def test_without_credentials_every_endpoint_is_a_json_401(client, billing, name,
     assert response["WWW-Authenticate"].startswith("Bearer")
 
 
-def test_api_tokens_act_as_their_user_and_are_stored_hashed(client, billing):
-    bob = person("bob_operator", OPERATOR)
+def test_api_tokens_act_as_their_user_and_are_stored_hashed(client, olga, billing):
     out, err = io.StringIO(), io.StringIO()
-    call_command("issue_api_token", user="bob_operator", name="grafana", stdout=out, stderr=err)
+    call_command("issue_api_token", user="olga", name="grafana", stdout=out, stderr=err)
     plain = out.getvalue().strip()
     assert plain.startswith("owu_") and "shown only once" in err.getvalue() and "operator, viewer" in err.getvalue()
-    token = ApiToken.objects.get(user=bob)
+    token = ApiToken.objects.get(user=olga)
     assert token.token_hash == token_hash(plain) and plain not in token.prefix + token.name
     assert token.last_used_at is None
 
@@ -82,7 +73,7 @@ def test_api_tokens_act_as_their_user_and_are_stored_hashed(client, billing):
     assert response.status_code == 401 and response.json() == {"error": "unknown or revoked API token"}
 
 
-def test_a_failing_bearer_token_is_a_401_even_with_a_session(client, alice):
+def test_a_failing_bearer_token_is_a_401_even_with_a_session(client, vera_logged_in):
     response = client.get(reverse("api_pipelines"), HTTP_AUTHORIZATION="Bearer owu_" + "x" * 43)
     assert response.status_code == 401
 
@@ -93,12 +84,10 @@ def test_pipeline_tokens_are_not_api_tokens(client, billing):
     assert response.status_code == 401 and "owp_ pipeline tokens only report starts" in response.json()["error"]
 
 
-def test_tokens_of_users_without_a_role_or_inactive_are_refused(client):
-    dave = person("dave_norole")
+def test_tokens_of_users_without_a_role_or_inactive_are_refused(client, dave, erin):
     _, dave_token = api_token_issue(user=dave, name="script")
     response = client.get(reverse("api_collectors"), HTTP_AUTHORIZATION=f"Bearer {dave_token}")
-    assert response.status_code == 403 and "no role assigned to 'dave_norole'" in response.json()["error"]
-    erin = person("erin_viewer", VIEWER)
+    assert response.status_code == 403 and "no role assigned to 'dave'" in response.json()["error"]
     _, erin_token = api_token_issue(user=erin, name="script")
     erin.is_active = False
     erin.save()
@@ -107,12 +96,10 @@ def test_tokens_of_users_without_a_role_or_inactive_are_refused(client):
 
 @pytest.mark.parametrize("args,message", [
     ({"user": "nobody", "name": "x"}, "no user named 'nobody'"),
-    ({"user": "dave_norole", "name": "x"}, "user 'dave_norole' has no role"),
-    ({"user": "alice_viewer", "name": "  "}, "--name must not be empty"),
+    ({"user": "dave", "name": "x"}, "user 'dave' has no role"),
+    ({"user": "vera", "name": "  "}, "--name must not be empty"),
 ])
-def test_issue_api_token_errors_name_what_is_wrong(args, message):
-    person("dave_norole")
-    person("alice_viewer", VIEWER)
+def test_issue_api_token_errors_name_what_is_wrong(args, message, dave, vera):
     with pytest.raises(CommandError, match=message):
         call_command("issue_api_token", stdout=io.StringIO(), stderr=io.StringIO(), **args)
     assert not ApiToken.objects.exists()
@@ -121,7 +108,7 @@ def test_issue_api_token_errors_name_what_is_wrong(args, message):
 # --- endpoints -----------------------------------------------------------------------------------
 
 
-def test_pipelines_list_status_lag_and_filters(client, alice, billing, unique_name):
+def test_pipelines_list_status_lag_and_filters(client, vera_logged_in, billing, unique_name):
     other = offline_pipeline(unique_name, group="Ünïcode-grüppe", partitions={0: (0, 3)}, batches=[(T0, {0: 3})])
     rows = {p["id"]: p for p in get(client, "api_pipelines").json()["pipelines"]}
     row = rows[billing.pk]
@@ -147,7 +134,7 @@ def test_pipelines_list_status_lag_and_filters(client, alice, billing, unique_na
     assert billing.pk not in ids(status=statuses)
 
 
-def test_one_pipeline_with_partitions_and_freshness(client, alice, billing):
+def test_one_pipeline_with_partitions_and_freshness(client, vera_logged_in, billing):
     detail = get(client, "api_pipeline", billing.pk).json()
     assert detail["id"] == billing.pk and detail["total_lag"] == 6
     parts = {r["partition"]: r for r in detail["partitions"]}
@@ -159,12 +146,12 @@ def test_one_pipeline_with_partitions_and_freshness(client, alice, billing):
 
 @pytest.mark.parametrize("name", ["api_pipeline", "api_pipeline_partitions", "api_pipeline_batches", "api_pipeline_lag"])
 @pytest.mark.parametrize("pipeline_id", [999_999_999, 2**63 - 1, 2**63, 10**40])
-def test_unknown_ids_are_json_404s(client, alice, name, pipeline_id):
+def test_unknown_ids_are_json_404s(client, vera_logged_in, name, pipeline_id):
     response = get(client, name, pipeline_id)
     assert response.status_code == 404 and response.json() == {"error": f"no pipeline with id {pipeline_id}"}
 
 
-def test_unknown_paths_and_methods_are_json_errors(client, alice, billing):
+def test_unknown_paths_and_methods_are_json_errors(client, vera_logged_in, billing):
     for path in ("/api/v1/nope", "/api/v1/pipelines/-1", "/api/v1/pipelines/abc/batches", "/api/v1/pipelines/1/"):
         response = client.get(path)
         assert response.status_code == 404 and "no API endpoint" in response.json()["error"], path
@@ -182,7 +169,7 @@ def _batches_pipeline(unique_name, count: int):
                             batches=[(T0 + i * 1000, {0: i}) for i in range(count)])
 
 
-def test_batches_are_keyset_paginated_newest_first(client, alice, unique_name):
+def test_batches_are_keyset_paginated_newest_first(client, vera_logged_in, unique_name):
     pipeline = _batches_pipeline(unique_name, 250)
     seen, cursor, pages = [], None, 0
     while True:
@@ -202,7 +189,7 @@ def test_batches_are_keyset_paginated_newest_first(client, alice, unique_name):
     assert len(page["batches"]) == 250 and page["next_cursor"] is None
 
 
-def test_batches_in_a_time_range_iso_or_epoch_ms(client, alice, unique_name):
+def test_batches_in_a_time_range_iso_or_epoch_ms(client, vera_logged_in, unique_name):
     pipeline = _batches_pipeline(unique_name, 20)
     by_ms = get(client, "api_pipeline_batches", pipeline.pk, **{"from": T0 + 5000, "to": T0 + 10_000}).json()
     assert [b["batch_time_ms"] for b in by_ms["batches"]] == [T0 + i * 1000 for i in range(9, 4, -1)]  # from <= t < to
@@ -231,7 +218,7 @@ def _lag_history(pipeline, values: list[int], start: datetime, step_s: float = 1
 
 
 @pytest.mark.parametrize("method", ["minmax", "lttb"])
-def test_lag_is_downsampled_on_the_server_and_keeps_the_spike(client, alice, unique_name, method):
+def test_lag_is_downsampled_on_the_server_and_keeps_the_spike(client, vera_logged_in, unique_name, method):
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 10)}, batches=[(T0, {0: 4})],
                                 sampled_at=datetime(2020, 1, 1, tzinfo=dt_timezone.utc))
     start = datetime(2024, 1, 1, tzinfo=dt_timezone.utc)
@@ -248,7 +235,7 @@ def test_lag_is_downsampled_on_the_server_and_keeps_the_spike(client, alice, uni
     assert xs == sorted(xs) and xs[0] == int(start.timestamp() * 1000)
 
 
-def test_lag_defaults_to_the_last_hour_and_short_series_are_untouched(client, alice, unique_name):
+def test_lag_defaults_to_the_last_hour_and_short_series_are_untouched(client, vera_logged_in, unique_name):
     now = timezone.now()
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 10)}, batches=[(T0, {0: 4})], sampled_at=now)
     _lag_history(pipeline, [1, 2, 3], now - timedelta(hours=3), step_s=600)  # 3 h and 2h50 ago: outside
@@ -288,7 +275,7 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize("name,param,value", HOSTILE)
-def test_bad_parameters_are_json_400s_naming_the_parameter_and_value(client, alice, billing, name, param, value):
+def test_bad_parameters_are_json_400s_naming_the_parameter_and_value(client, vera_logged_in, billing, name, param, value):
     args = [] if name == "api_pipelines" else [billing.pk]
     response = get(client, name, *args, **{param: value})
     assert response.status_code == 400, response.content
@@ -297,13 +284,13 @@ def test_bad_parameters_are_json_400s_naming_the_parameter_and_value(client, ali
     assert repr(value[:80])[:-1] in error  # the value as given (cut short when long)
 
 
-def test_ranges_the_wrong_way_round_are_400s(client, alice, billing):
+def test_ranges_the_wrong_way_round_are_400s(client, vera_logged_in, billing):
     for name in ("api_pipeline_batches", "api_pipeline_lag"):
         response = get(client, name, billing.pk, **{"from": "2024-02-01", "to": "2024-01-01"})
         assert response.status_code == 400 and "is after 'to'" in response.json()["error"]
 
 
-def test_extreme_but_valid_times_are_not_errors(client, alice, billing):
+def test_extreme_but_valid_times_are_not_errors(client, vera_logged_in, billing):
     for name in ("api_pipeline_batches", "api_pipeline_lag"):
         for params in ({"from": "0001-01-01T00:00:00Z", "to": "9999-12-31T23:59:59Z"}, {"to": "0001-01-01"},
                        {"from": "0", "to": "253402300799999"}):
@@ -311,7 +298,7 @@ def test_extreme_but_valid_times_are_not_errors(client, alice, billing):
             assert response.status_code == 200, (name, params, response.content)
 
 
-def test_the_existing_collectors_and_pipelines_answers_keep_their_shape(client, alice, billing):
+def test_the_existing_collectors_and_pipelines_answers_keep_their_shape(client, vera_logged_in, billing):
     row = next(p for p in get(client, "api_pipelines").json()["pipelines"] if p["id"] == billing.pk)
     assert {"id", "topic", "group", "store", "cluster", "status", "reasons", "evaluated_at", "total_lag", "lag_seconds",
             "lag_seconds_method", "retention_seconds_left", "last_batch_ms"} <= set(row)
@@ -339,7 +326,7 @@ def _spec_path(route: str) -> str:
     return "/api/v1/" + out
 
 
-def test_every_spec_path_resolves_to_an_api_view_and_every_route_is_in_the_spec(client, alice, spec):
+def test_every_spec_path_resolves_to_an_api_view_and_every_route_is_in_the_spec(client, vera_logged_in, spec):
     assert spec["openapi"].startswith("3.")
     routes = {_spec_path(str(p.pattern)): p for p in api_urls.urlpatterns
               if isinstance(p, URLPattern) and p.name != "api_not_found"}  # the catch-all is not an endpoint
@@ -367,7 +354,7 @@ def test_every_spec_path_resolves_to_an_api_view_and_every_route_is_in_the_spec(
         resolve("/api/v2/pipelines")
 
 
-def test_every_get_endpoint_answers_what_the_spec_says(client, alice, billing, spec):
+def test_every_get_endpoint_answers_what_the_spec_says(client, vera_logged_in, billing, spec):
     _lag_history(billing, [5, 6, 7], timezone.now() - timedelta(minutes=5))
     checked = 0
     for path, operations in spec["paths"].items():
@@ -389,21 +376,21 @@ def test_every_get_endpoint_answers_what_the_spec_says(client, alice, billing, s
     assert checked == len([p for p in spec["paths"].values() if "get" in p])
 
 
-def test_error_answers_match_the_error_schema(client, spec, billing):
+def test_error_answers_match_the_error_schema(client, vera, dave, spec, billing):
     error = spec["components"]["schemas"]["Error"]
     answers = [client.get(f"/api/v1/pipelines/{billing.pk}")]  # 401
-    client.force_login(person("alice_viewer", VIEWER))
+    client.force_login(vera)
     answers += [client.get(f"/api/v1/pipelines/{billing.pk}/batches", {"limit": "x"}),  # 400
                 client.get("/api/v1/pipelines/99999999"),  # 404
                 client.delete("/api/v1/collectors")]  # 405
-    client.force_login(person("dave_norole"))
+    client.force_login(dave)
     answers.append(client.get("/api/v1/collectors"))  # 403
     assert [a.status_code for a in answers] == [401, 400, 404, 405, 403]
     for answer in answers:
         assert violations(spec, error, answer.json()) == []
 
 
-def test_every_documented_numeric_or_time_parameter_is_validated(client, alice, billing, spec):
+def test_every_documented_numeric_or_time_parameter_is_validated(client, vera_logged_in, billing, spec):
     """The spec says which parameters exist; each integer or time parameter refuses garbage by name."""
     tried = 0
     for path, operations in spec["paths"].items():
@@ -437,7 +424,7 @@ def test_the_schema_checker_catches_what_it_must(spec):
     assert violations(spec, either, "x") != []  # no branch matches
 
 
-def test_a_page_of_batches_costs_a_constant_number_of_queries(client, alice, unique_name, django_assert_max_num_queries):
+def test_a_page_of_batches_costs_a_constant_number_of_queries(client, vera_logged_in, unique_name, django_assert_max_num_queries):
     pipeline = _batches_pipeline(unique_name, 120)
     with django_assert_max_num_queries(12):  # session, user, roles, pipeline, one page of batches
         body = client.get(f"/api/v1/pipelines/{pipeline.pk}/batches", {"limit": 100}).json()

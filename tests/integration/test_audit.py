@@ -17,12 +17,12 @@ from django.db import connection
 from django.test import RequestFactory
 from django.urls import reverse
 
-from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
+from dashboard.accounts.roles import APPROVER, VIEWER
 from dashboard.accounts.tokens import api_token_issue, api_token_revoke, pipeline_token_issue, pipeline_token_revoke
 from dashboard.audit.selectors import audit_verification_forget
 from dashboard.audit.services import audit_append, change_lines, request_actor
 from dashboard.models import ApiToken, AuditEvent, Cluster, Pipeline, PipelineToken, Store
-from tests.factories import offline_pipeline, person
+from tests.factories import offline_pipeline
 from tests.integration.test_audit_chain import _behind_the_apps_back
 from tests.paths import ROOT
 
@@ -37,17 +37,7 @@ def fresh_verification():
     audit_verification_forget()
 
 
-@pytest.fixture
-def alice():
-    return person("alice", VIEWER)
-
-
-@pytest.fixture
-def carol():
-    return person("carol", APPROVER)
-
-
-def _rewind_event(pipeline, *, actor="bob", before=None, after=None, at=None, subject="rewind 7"):
+def _rewind_event(pipeline, *, actor="olga", before=None, after=None, at=None, subject="rewind 7"):
     return audit_append(actor=actor, action="rewind.requested", subject=subject, pipeline=pipeline,
                         before=before or {"0": 120, "1": 300}, after=after or {"0": 40, "1": 300},
                         remote_addr="10.0.0.7", at=at)
@@ -62,14 +52,14 @@ def _events(action_prefix: str = "") -> list[AuditEvent]:
 
 def test_verify_audit_says_intact_with_the_count():
     for i in range(3):
-        audit_append(actor="alice", action="test.event", subject=f"event {i}")
+        audit_append(actor="vera", action="test.event", subject=f"event {i}")
     out = io.StringIO()
     call_command("verify_audit", stdout=out)
     assert out.getvalue() == "audit log intact: 3 events\n"
 
 
 def test_verify_audit_names_the_changed_event_and_its_action():
-    events = [audit_append(actor="alice", action=f"test.step{i}", subject=f"event {i}") for i in range(4)]
+    events = [audit_append(actor="vera", action=f"test.step{i}", subject=f"event {i}") for i in range(4)]
     _behind_the_apps_back("UPDATE dashboard_auditevent SET actor = %s WHERE id = %s", ["mallory", events[2].pk])
     with pytest.raises(CommandError) as err:
         call_command("verify_audit", stdout=io.StringIO())
@@ -81,7 +71,7 @@ def test_verify_audit_names_the_changed_event_and_its_action():
 @pytest.mark.django_db(transaction=True)
 def test_verify_audit_exits_1_in_a_shell_when_an_event_was_removed():
     """The real command in its own process, as cron would run it, on the test database."""
-    events = [audit_append(actor="alice", action="test.event", subject=f"event {i}") for i in range(3)]
+    events = [audit_append(actor="vera", action="test.event", subject=f"event {i}") for i in range(3)]
     db = connection.settings_dict
     env = {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"}
 
@@ -101,41 +91,41 @@ def test_verify_audit_exits_1_in_a_shell_when_an_event_was_removed():
 # --- the audit page ------------------------------------------------------------------------------
 
 
-def test_the_page_shows_who_where_what_and_offsets_newest_first(client, alice, unique_name):
+def test_the_page_shows_who_where_what_and_offsets_newest_first(client, vera, unique_name):
     p = offline_pipeline(unique_name, partitions={0: (0, 500), 1: (0, 500)}, batches=[(1_700_000_000_000, {0: 120})])
     first = _rewind_event(p)
-    second = audit_append(actor="carol", action="rewind.approved", subject="rewind 7", pipeline=p)
-    client.force_login(alice)
+    second = audit_append(actor="amir", action="rewind.approved", subject="rewind 7", pipeline=p)
+    client.force_login(vera)
     html = client.get(reverse("audit")).content.decode()
     assert html.index(f'data-event="{second.pk}"') < html.index(f'data-event="{first.pk}"')  # newest first
     row = html[html.index(f'data-event="{first.pk}"'):]
     row = row[:row.index("</tr>")]
     assert first.at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S") in row
-    for text in ("bob", "10.0.0.7", "rewind.requested", "rewind 7", "p0: 120 → 40", "p1: 300 → 300"):
+    for text in ("olga", "10.0.0.7", "rewind.requested", "rewind 7", "p0: 120 → 40", "p1: 300 → 300"):
         assert text in row, text
     assert f'href="{reverse("pipeline", args=[p.pk])}"' in row  # the pipeline still exists: a link
     assert 'href="/audit/"' in html  # the header's link
 
 
-def test_a_deleted_pipeline_is_named_without_a_link(client, alice, unique_name):
+def test_a_deleted_pipeline_is_named_without_a_link(client, vera, unique_name):
     p = offline_pipeline(unique_name, partitions={0: (0, 500)}, batches=[(1_700_000_000_000, {0: 120})])
     event = _rewind_event(p)
     pipeline_id, label = p.pk, event.pipeline_label
     p.delete()
-    client.force_login(alice)
+    client.force_login(vera)
     html = client.get(reverse("audit")).content.decode()
     assert f"{label} <span class=\"muted\">(gone)</span>" in html.replace("&#x27;", "'")
     assert reverse("pipeline", args=[pipeline_id]) not in html
 
 
-def test_filters_narrow_the_page(client, alice, unique_name):
+def test_filters_narrow_the_page(client, vera, unique_name):
     p = offline_pipeline(unique_name, partitions={0: (0, 500)}, batches=[(1_700_000_000_000, {0: 120})])
     q = offline_pipeline(unique_name, partitions={0: (0, 500)}, batches=[(1_700_000_000_000, {0: 120})], group="billing")
-    old = _rewind_event(p, actor="bob", at=datetime(2026, 1, 1, 12, tzinfo=timezone.utc), subject="rewind old")
+    old = _rewind_event(p, actor="olga", at=datetime(2026, 1, 1, 12, tzinfo=timezone.utc), subject="rewind old")
     on_q = _rewind_event(q, actor="erin", subject="rewind on q")
     store_change = audit_append(actor="root", action="store.changed", subject="store s1", before={"url": "a"},
                                 after={"url": "b"})
-    client.force_login(alice)
+    client.force_login(vera)
 
     def shown(**query) -> set[int]:
         html = client.get(reverse("audit"), query).content.decode()
@@ -160,9 +150,9 @@ def test_filters_narrow_the_page(client, alice, unique_name):
     ({"q": "a\x00b"}, "q", "Null characters are not allowed"),  # PostgreSQL would refuse it: a 500
     ({"before": "-3"}, "before", "'-3' is not a whole number from 1 to"),
 ])
-def test_bad_filters_are_shown_next_to_their_field_not_a_500(client, alice, query, field, message):
-    audit_append(actor="bob", action="rewind.requested", subject="rewind 1")
-    client.force_login(alice)
+def test_bad_filters_are_shown_next_to_their_field_not_a_500(client, vera, query, field, message):
+    audit_append(actor="olga", action="rewind.requested", subject="rewind 1")
+    client.force_login(vera)
     response = client.get(reverse("audit"), query)
     html = response.content.decode()
     assert response.status_code == 200
@@ -170,10 +160,10 @@ def test_bad_filters_are_shown_next_to_their_field_not_a_500(client, alice, quer
     assert "data-event=" not in html  # no unfiltered log passed off as the result
 
 
-def test_pages_are_keyset_paged_and_keep_the_filters(client, alice):
-    events = [audit_append(actor="bob", action="rewind.requested", subject=f"rewind {i}") for i in range(53)]
-    audit_append(actor="carol", action="store.changed", subject="not a rewind")
-    client.force_login(alice)
+def test_pages_are_keyset_paged_and_keep_the_filters(client, vera):
+    events = [audit_append(actor="olga", action="rewind.requested", subject=f"rewind {i}") for i in range(53)]
+    audit_append(actor="amir", action="store.changed", subject="not a rewind")
+    client.force_login(vera)
     first = client.get(reverse("audit"), {"action": "rewind"}).content.decode()
     assert f'data-event="{events[-1].pk}"' in first and f'data-event="{events[3].pk}"' in first
     assert f'data-event="{events[2].pk}"' not in first and "not a rewind" not in first
@@ -185,17 +175,17 @@ def test_pages_are_keyset_paged_and_keep_the_filters(client, alice):
     assert 'id="older"' not in second and "back to the newest" in second
 
 
-def test_the_banner_reuses_a_verification_for_a_minute_and_approvers_verify_now(client, alice, carol):
-    events = [audit_append(actor="bob", action="rewind.requested", subject=f"rewind {i}") for i in range(3)]
-    total = AuditEvent.objects.count()  # with the creation of alice and carol
-    client.force_login(alice)
+def test_the_banner_reuses_a_verification_for_a_minute_and_approvers_verify_now(client, vera, amir):
+    events = [audit_append(actor="olga", action="rewind.requested", subject=f"rewind {i}") for i in range(3)]
+    total = AuditEvent.objects.count()  # with the creation of vera and amir
+    client.force_login(vera)
     html = client.get(reverse("audit")).content.decode()
     assert f"Audit log intact: {total} events chain correctly" in html and "verify now" not in html
     _behind_the_apps_back("UPDATE dashboard_auditevent SET subject = %s WHERE id = %s", ["nothing", events[1].pk])
     # Within the minute the cached result stands: the log is not walked on every page view.
     assert f"Audit log intact: {total} events" in client.get(reverse("audit")).content.decode()
     assert client.post(reverse("audit_verify")).status_code == 403  # a viewer cannot make it walk the log
-    client.force_login(carol)
+    client.force_login(amir)
     assert "verify now" in client.get(reverse("audit")).content.decode()
     response = client.post(reverse("audit_verify"))
     assert response.status_code == 302 and response["Location"] == reverse("audit")
@@ -211,12 +201,12 @@ def _csv(response) -> list[dict]:
     return list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
 
 
-def test_csv_export_has_the_filtered_events_oldest_first_injection_safe(client, alice, unique_name):
+def test_csv_export_has_the_filtered_events_oldest_first_injection_safe(client, vera, unique_name):
     p = offline_pipeline(unique_name, partitions={0: (0, 500), 1: (0, 500)}, batches=[(1_700_000_000_000, {0: 120})])
     a = _rewind_event(p, actor="=cmd|' /C calc'!A0", subject="@SUM(A1)")
     audit_append(actor="root", action="store.changed", subject="store s", before={"url": "a"}, after={"url": "b"})
-    b = _rewind_event(p, actor="bob")
-    client.force_login(alice)
+    b = _rewind_event(p, actor="olga")
+    client.force_login(vera)
     response = client.get(reverse("audit_export_csv"), {"action": "rewind"})
     assert response.status_code == 200 and response["Content-Type"] == "text/csv; charset=utf-8"
     assert response["Content-Disposition"].startswith('attachment; filename="offsetwatch_audit_')
@@ -228,11 +218,11 @@ def test_csv_export_has_the_filtered_events_oldest_first_injection_safe(client, 
     assert rows[1]["at"] == b.at.astimezone(timezone.utc).isoformat()
 
 
-def test_json_export_is_a_streamed_array_with_the_chain(client, alice):
-    events = [audit_append(actor="bob", action="token.issued", subject=f"token {i}", after={"prefix": f"owu_{i}"})
+def test_json_export_is_a_streamed_array_with_the_chain(client, vera):
+    events = [audit_append(actor="olga", action="token.issued", subject=f"token {i}", after={"prefix": f"owu_{i}"})
               for i in range(3)]
-    audit_append(actor="bob", action="user.created", subject="user x")
-    client.force_login(alice)
+    audit_append(actor="olga", action="user.created", subject="user x")
+    client.force_login(vera)
     response = client.get(reverse("audit_export_json"), {"action": "token"})
     assert response.streaming and response["Content-Type"] == "application/json"
     doc = json.loads(b"".join(response.streaming_content))
@@ -242,8 +232,8 @@ def test_json_export_is_a_streamed_array_with_the_chain(client, alice):
     assert json.loads(b"".join(client.get(reverse("audit_export_json"), {"actor": "nobody"}).streaming_content)) == []
 
 
-def test_exports_refuse_bad_filters_with_a_400_naming_them(client, alice):
-    client.force_login(alice)
+def test_exports_refuse_bad_filters_with_a_400_naming_them(client, vera):
+    client.force_login(vera)
     response = client.get(reverse("audit_export_csv"), {"since": "soon", "pipeline": "x"})
     assert response.status_code == 400
     text = response.content.decode()
@@ -251,8 +241,8 @@ def test_exports_refuse_bad_filters_with_a_400_naming_them(client, alice):
     assert "parameter 'pipeline': 'x' is not a whole number" in text
 
 
-def test_the_page_and_exports_need_the_viewer_role(client):
-    client.force_login(person("dave"))  # an account without a role
+def test_the_page_and_exports_need_the_viewer_role(client, dave):
+    client.force_login(dave)  # an account without a role
     for name in ("audit", "audit_export_csv", "audit_export_json"):
         assert client.get(reverse(name)).status_code == 403, name
 
@@ -268,19 +258,19 @@ def test_change_lines_are_compact():
 # --- who and where ---------------------------------------------------------------------------------
 
 
-def test_the_address_is_remote_addr_never_a_forwarded_header(alice):
+def test_the_address_is_remote_addr_never_a_forwarded_header(vera):
     request = RequestFactory().post("/x", REMOTE_ADDR="192.0.2.10", HTTP_X_FORWARDED_FOR="203.0.113.99")
-    request.user = alice
-    assert request_actor(request) == {"actor": "alice", "actor_user_id": alice.pk, "remote_addr": "192.0.2.10"}
+    request.user = vera
+    assert request_actor(request) == {"actor": "vera", "actor_user_id": vera.pk, "remote_addr": "192.0.2.10"}
 
 
 # --- services: tokens and users ----------------------------------------------------------------------
 
 
-def test_token_issue_and_revoke_are_audited_without_the_token(unique_name, alice):
+def test_token_issue_and_revoke_are_audited_without_the_token(unique_name, vera):
     p = offline_pipeline(unique_name, partitions={0: (0, 5)}, batches=[(1_700_000_000_000, {0: 5})])
     ptoken, pplain = pipeline_token_issue(pipeline=p, name="job", actor="ops-bot")
-    atoken, aplain = api_token_issue(user=alice, name="grafana", actor="root", actor_user_id=1,
+    atoken, aplain = api_token_issue(user=vera, name="grafana", actor="root", actor_user_id=1,
                                               remote_addr="192.0.2.1")
     pipeline_token_revoke(token=ptoken, actor="erin", remote_addr="192.0.2.2")
     pipeline_token_revoke(token=ptoken, actor="erin")  # already revoked: nothing happens, nothing recorded
@@ -289,7 +279,7 @@ def test_token_issue_and_revoke_are_audited_without_the_token(unique_name, alice
     assert (issued_p.action, issued_p.actor, issued_p.pipeline_id) == ("token.issued", "ops-bot", p.pk)
     assert issued_p.after == {"kind": "pipeline", "prefix": ptoken.prefix, "name": "job"}
     assert (issued_a.actor, issued_a.actor_user_id, issued_a.remote_addr) == ("root", 1, "192.0.2.1")
-    assert issued_a.subject == f"API token {atoken.prefix}… (grafana) acting as alice"
+    assert issued_a.subject == f"API token {atoken.prefix}… (grafana) acting as vera"
     assert (revoked_p.action, revoked_p.actor, revoked_p.remote_addr) == ("token.revoked", "erin", "192.0.2.2")
     assert revoked_p.before == {"revoked_at": None} and revoked_p.after["revoked_at"]
     assert revoked_a.actor == "system"
@@ -316,9 +306,8 @@ def test_create_user_records_the_command_and_the_os_user_and_what_changed(tmp_pa
     assert "passphrase" not in json.dumps([created.after, changed.after, changed.before])
 
 
-def test_issue_commands_record_the_declared_pipeline_and_the_token(unique_name):
+def test_issue_commands_record_the_declared_pipeline_and_the_token(unique_name, prometheus):
     p = offline_pipeline(unique_name, partitions={0: (0, 5)}, batches=[(1_700_000_000_000, {0: 5})])
-    person("prometheus", VIEWER)
     plain = io.StringIO()
     call_command("issue_pipeline_token", "--store", p.store.name, "--topic", "new-topic", "--group", "g",
                  stdout=plain, stderr=io.StringIO())
@@ -384,8 +373,7 @@ def test_admin_pipeline_deletion_is_audited_on_the_pipeline(client, root, unique
     assert bulk.pipeline_id == other.pk and bulk.actor == "root"
 
 
-def test_admin_role_changes_user_creation_and_deletion_are_audited(client, root):
-    erin = person("erin", VIEWER)
+def test_admin_role_changes_user_creation_and_deletion_are_audited(client, root, erin):
     viewer, approver = Group.objects.get(name=VIEWER), Group.objects.get(name=APPROVER)
     form = {"username": "erin", "email": "erin@example.com", "is_active": "on", "groups": [viewer.pk, approver.pk],
             "date_joined_0": "2026-01-01", "date_joined_1": "00:00:00"}
@@ -413,11 +401,10 @@ def test_admin_role_changes_user_creation_and_deletion_are_audited(client, root)
     assert "pbkdf2" not in json.dumps(list(AuditEvent.objects.values("before", "after")))
 
 
-def test_admin_revokes_tokens_through_the_audited_service(client, root, unique_name):
+def test_admin_revokes_tokens_through_the_audited_service(client, root, unique_name, olga):
     p = offline_pipeline(unique_name, partitions={0: (0, 5)}, batches=[(1_700_000_000_000, {0: 5})])
     token, _ = pipeline_token_issue(pipeline=p, name="job")
-    bob = person("bob", OPERATOR)
-    api_token, _ = api_token_issue(user=bob, name="automation")
+    api_token, _ = api_token_issue(user=olga, name="automation")
     for name, pk in (("admin:dashboard_pipelinetoken_changelist", token.pk),
                      ("admin:dashboard_apitoken_changelist", api_token.pk)):
         response = client.post(reverse(name), {"action": "revoke", "_selected_action": [pk]}, **ROOT_ADDR)
@@ -425,4 +412,4 @@ def test_admin_revokes_tokens_through_the_audited_service(client, root, unique_n
     assert PipelineToken.objects.get(pk=token.pk).revoked_at and ApiToken.objects.get(pk=api_token.pk).revoked_at
     revoked_p, revoked_a = _events("token.revoked")
     assert (revoked_p.actor, revoked_p.remote_addr, revoked_p.pipeline_id) == ("root", "198.51.100.4", p.pk)
-    assert revoked_a.subject == f"API token {api_token.prefix}… (automation) acting as bob"
+    assert revoked_a.subject == f"API token {api_token.prefix}… (automation) acting as olga"

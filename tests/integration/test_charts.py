@@ -13,23 +13,15 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from dashboard.accounts.roles import VIEWER
 from dashboard.charts import render as charts
 from dashboard.charts.selectors import chart_markers, pipeline_chart_table
 from dashboard.models import Incident, StartReport
 from dashboard.web.params import ChartParams, TimeRange
 from streamoffsets.evaluation import Status, lag_seconds, lag_seconds_series
-from tests.factories import person, pipeline_row, samples_bulk
+from tests.factories import pipeline_row, samples_bulk
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 UTC = ZoneInfo("UTC")
-
-
-@pytest.fixture
-def alice(client):
-    user = person("alice", VIEWER, password="correct horse battery")
-    client.force_login(user)
-    return user
 
 
 # --- lag in seconds over time: the merge-walk gives lag_seconds' numbers --------------------------
@@ -165,7 +157,7 @@ def month_of_samples(db):
 
 
 @pytest.mark.django_db
-def test_30_days_of_64_partitions_stays_under_the_point_and_payload_caps(client, alice, month_of_samples):
+def test_30_days_of_64_partitions_stays_under_the_point_and_payload_caps(client, vera_logged_in, month_of_samples):
     url = reverse("pipeline_lag_chart", args=[month_of_samples.pk])
     for kind, unit in (("partitions", "messages"), ("total", "messages"), ("total", "seconds")):
         response = client.get(url, {"range": "30d", "kind": kind, "unit": unit})

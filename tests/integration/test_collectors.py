@@ -186,16 +186,6 @@ def test_every_store_kind_whose_server_is_away_is_a_failed_poll(stack, unique_na
 
 # --- the collectors' own health, derived when read (issue #11, observation 4) ----------------------
 
-@pytest.fixture
-def vera(client):
-    from dashboard.accounts.roles import VIEWER
-    from tests.factories import person
-
-    user = person("vera", VIEWER, password="correct horse battery")
-    client.force_login(user)
-    return user
-
-
 def collectors_answers(client):
     from django.urls import reverse
 
@@ -250,7 +240,7 @@ def short_intervals(settings):
     beat_sent(None)
 
 
-def test_with_the_collectors_running_everything_reads_healthy(client, vera, short_intervals, unique_name, tmp_path):
+def test_with_the_collectors_running_everything_reads_healthy(client, vera_logged_in, short_intervals, unique_name, tmp_path):
 
     source = a_source(unique_name, tmp_path)
     beat_sent(ago(1))
@@ -267,7 +257,7 @@ def test_with_the_collectors_running_everything_reads_healthy(client, vera, shor
     assert "COLLECTORS DOWN" not in page
 
 
-def test_with_beat_stopped_no_source_reads_healthy_and_beat_is_named(client, vera, short_intervals, unique_name,
+def test_with_beat_stopped_no_source_reads_healthy_and_beat_is_named(client, vera_logged_in, short_intervals, unique_name,
                                                                     tmp_path):
     """Nothing is written while beat is down: the last tick and the last poll, 30 s old with a
     2 s interval, say it. The source's own row, whose last poll worked, is not healthy either."""
@@ -291,7 +281,7 @@ def test_with_beat_stopped_no_source_reads_healthy_and_beat_is_named(client, ver
     assert "COLLECTORS DOWN" in page and "STALE" in page
 
 
-def test_with_no_worker_running_what_beat_sends_the_workers_are_named(client, vera, short_intervals):
+def test_with_no_worker_running_what_beat_sends_the_workers_are_named(client, vera_logged_in, short_intervals):
     beat_sent(ago(1))  # beat ticks ...
     beat_ran(ago(30))  # ... but collect_all last ran 30 s ago
     api, healthz, metrics, _ = collectors_answers(client)
@@ -302,7 +292,7 @@ def test_with_no_worker_running_what_beat_sends_the_workers_are_named(client, ve
     assert 'offsetwatch_collector_up{part="workers"} 0' in metrics and 'offsetwatch_collector_up{part="beat"} 1' in metrics
 
 
-def test_a_failing_source_is_failing_while_polled_and_stale_when_not(client, vera, short_intervals, unique_name,
+def test_a_failing_source_is_failing_while_polled_and_stale_when_not(client, vera_logged_in, short_intervals, unique_name,
                                                                       tmp_path):
     """A failing source is polled every cycle (probes between its backed-off full attempts), so
     a failing source not polled for longer than the stale limit is stale too."""
@@ -319,7 +309,7 @@ def test_a_failing_source_is_failing_while_polled_and_stale_when_not(client, ver
     assert source["state"] == "stale" and "the last poll failed: down" in source["problem"]
 
 
-def test_a_disabled_store_is_idle_not_stale(client, vera, short_intervals, stack, unique_name, tmp_path):
+def test_a_disabled_store_is_idle_not_stale(client, vera_logged_in, short_intervals, stack, unique_name, tmp_path):
 
     beat_sent(ago(1))
     beat_ran(ago(1))

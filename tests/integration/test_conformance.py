@@ -23,12 +23,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from django.urls import reverse
 
 from collectors.cycle import collect_once
-from dashboard.accounts.roles import VIEWER
 from dashboard.models import Pipeline, StoreProblem
 from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create, watermarks_record
 from reference_job.producer import ensure_topic, produce
 from tests.corpus import KINDS, STORE_KIND, Expect, Part, Row, World, check_pipeline, spark_batch
-from tests.factories import person
 
 pytestmark = pytest.mark.django_db
 
@@ -403,27 +401,21 @@ def _cases():
             yield pytest.param(row, kind, id=f"{row.name} [{kind}]")
 
 
-@pytest.fixture
-def viewer(client):
-    client.force_login(person("corpus-viewer", VIEWER))
-    return client
-
-
 @pytest.mark.parametrize("row,kind", list(_cases()))
-def test_situation(row: Row, kind: str, viewer, stack, tmp_path, unique_name):
+def test_situation(row: Row, kind: str, client, vera_logged_in, stack, tmp_path, unique_name):
     world = World(kind, stack, tmp_path, unique_name)
     cluster = cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers=stack.kafka_bootstrap)
     store = store_get_or_create(name=unique_name("store"), kind=STORE_KIND[kind], url=world.url,
                                          cluster=cluster)
-    world.cluster, world.store, world.api = cluster, store, viewer
+    world.cluster, world.store, world.api = cluster, store, client
     try:
         expected = row.write(world)
         elapsed = world.elapsed_s()
-        listed = {p["id"]: p for p in viewer.get("/api/v1/pipelines", {"store": store.name}).json()["pipelines"]}
+        listed = {p["id"]: p for p in client.get("/api/v1/pipelines", {"store": store.name}).json()["pipelines"]}
         for group, expect in expected.items():
             pipeline = Pipeline.objects.get(store=store, group=group)
-            detail = viewer.get(f"/api/v1/pipelines/{pipeline.pk}").json()
-            partitions = viewer.get(f"/api/v1/pipelines/{pipeline.pk}/partitions").json()
+            detail = client.get(f"/api/v1/pipelines/{pipeline.pk}").json()
+            partitions = client.get(f"/api/v1/pipelines/{pipeline.pk}/partitions").json()
             check_pipeline(detail, partitions, expect, elapsed)
             # The list answers the same numbers as the pipeline's own page of the API.
             assert listed[pipeline.pk] == {k: v for k, v in detail.items() if k not in ("partitions", "freshness")}

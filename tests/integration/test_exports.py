@@ -16,28 +16,15 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from dashboard.accounts.roles import VIEWER
 from dashboard.exports import views as exports
 from dashboard.exports.services import export_job_create, export_job_run, export_jobs_prune
 from dashboard.models import Batch, ExportJob
-from tests.factories import person, pipeline_row, samples_bulk
+from tests.factories import pipeline_row, samples_bulk
 
 pytestmark = pytest.mark.django_db
 
 HOSTILE_TOPIC = '=HYPERLINK("http://evil.example","x")'
 HOSTILE_GROUP = '+cmd|\' /C calc\'!A0,"quoted"\nnext line'
-
-
-@pytest.fixture
-def alice(client):
-    user = person("alice", VIEWER, password="correct horse battery")
-    client.force_login(user)
-    return user
-
-
-@pytest.fixture
-def bob():
-    return person("bob", VIEWER, password="correct horse battery")
 
 
 @pytest.fixture
@@ -69,7 +56,7 @@ def csv_parts(content: bytes) -> tuple[list[list[str]], list[str], list[list[str
 # --- chart images ---------------------------------------------------------------------------------
 
 
-def test_chart_png_is_a_png_of_the_asked_size_served_as_a_download(client, alice, charted):
+def test_chart_png_is_a_png_of_the_asked_size_served_as_a_download(client, vera_logged_in, charted):
     response = client.get(reverse("pipeline_chart_png", args=[charted.pk]),
                           {"range": "1h", "kind": "partitions", "width": "900", "height": "450"})
     assert response.status_code == 200 and response["Content-Type"] == "image/png"
@@ -82,7 +69,7 @@ def test_chart_png_is_a_png_of_the_asked_size_served_as_a_download(client, alice
         'attachment; filename="offsetwatch_orders_billing_local-hbase_last-1h_partitions-messages.png"')
 
 
-def test_chart_svg_parses_and_its_title_names_pipeline_range_and_time_zone(client, alice, charted):
+def test_chart_svg_parses_and_its_title_names_pipeline_range_and_time_zone(client, vera_logged_in, charted):
     response = client.get(reverse("pipeline_chart_svg", args=[charted.pk]), {"range": "1h", "unit": "seconds"})
     assert response.status_code == 200 and response["Content-Type"] == "image/svg+xml"
     root = ET.fromstring(response.content)
@@ -95,7 +82,7 @@ def test_chart_svg_parses_and_its_title_names_pipeline_range_and_time_zone(clien
 # --- chart data -----------------------------------------------------------------------------------
 
 
-def test_chart_csv_has_every_sample_and_says_what_it_is(client, alice, charted):
+def test_chart_csv_has_every_sample_and_says_what_it_is(client, vera_logged_in, charted):
     response = client.get(reverse("pipeline_chart_csv", args=[charted.pk]), {"range": "1h", "kind": "partitions"})
     assert response.status_code == 200 and response.streaming
     preamble, header, rows = csv_parts(b"".join(response.streaming_content))
@@ -109,7 +96,7 @@ def test_chart_csv_has_every_sample_and_says_what_it_is(client, alice, charted):
     assert rows[0][0].endswith("+00:00") and int(rows[1][1]) - int(rows[0][1]) == 60_000
 
 
-def test_chart_csv_and_json_downsample_when_asked(client, alice, charted):
+def test_chart_csv_and_json_downsample_when_asked(client, vera_logged_in, charted):
     response = client.get(reverse("pipeline_chart_csv", args=[charted.pk]), {"range": "1h", "max_points": "10"})
     _, _, rows = csv_parts(b"".join(response.streaming_content))
     assert 2 <= len(rows) <= 10
@@ -119,7 +106,7 @@ def test_chart_csv_and_json_downsample_when_asked(client, alice, charted):
     assert all(len(s["points"]) <= 12 for s in doc["series"])
 
 
-def test_chart_json_names_pipeline_range_time_zone_and_carries_markers(client, alice, charted):
+def test_chart_json_names_pipeline_range_time_zone_and_carries_markers(client, vera_logged_in, charted):
     from dashboard.models import Incident
 
     Incident.objects.create(pipeline=charted, opened_at=timezone.now() - timedelta(minutes=10), worst_status=1,
@@ -138,7 +125,7 @@ def test_chart_json_names_pipeline_range_time_zone_and_carries_markers(client, a
 # --- per-batch history ----------------------------------------------------------------------------
 
 
-def test_batches_csv_streams_every_batch_with_one_column_per_partition(client, alice, settings):
+def test_batches_csv_streams_every_batch_with_one_column_per_partition(client, vera_logged_in, settings):
     settings.TIME_ZONE = "Europe/Paris"
     p = pipeline_row("hist")
     made = batches(p, 3000)
@@ -156,7 +143,7 @@ def test_batches_csv_streams_every_batch_with_one_column_per_partition(client, a
     assert response["Content-Disposition"].endswith('_all_batches.csv"')
 
 
-def test_batches_csv_of_a_range_has_only_that_range(client, alice):
+def test_batches_csv_of_a_range_has_only_that_range(client, vera_logged_in):
     p = pipeline_row("hist-range")
     batches(p, 100)  # one every 5 s from 2023-11-14T22:13:20Z
     response = client.get(reverse("pipeline_batches_csv", args=[p.pk]),
@@ -165,7 +152,7 @@ def test_batches_csv_of_a_range_has_only_that_range(client, alice):
     assert [int(r[2]) for r in rows] == [8, 9, 10, 11, 12]
 
 
-def test_hostile_names_are_neutralised_in_every_cell_and_file_name(client, alice, charted):
+def test_hostile_names_are_neutralised_in_every_cell_and_file_name(client, vera_logged_in, charted):
     p = pipeline_row("hostile", topic=HOSTILE_TOPIC, group=HOSTILE_GROUP, store_name="@store")
     batches(p, 3)
     for url in (reverse("pipeline_batches_csv", args=[p.pk]), reverse("pipeline_chart_csv", args=[p.pk])):
@@ -198,7 +185,7 @@ def test_a_negative_lag_stays_a_number_not_a_quoted_formula():
     ("pipeline_batches_csv", {"to": "2026-11-01"}, "parameter 'from': '' is required with 'to'"),
     ("pipeline", {"unit": "<script>"}, "parameter 'unit': '<script>' is not one of messages, seconds"),
 ])
-def test_bad_parameters_are_400s_naming_the_parameter_and_value(client, alice, charted, url_name, query, message):
+def test_bad_parameters_are_400s_naming_the_parameter_and_value(client, vera_logged_in, charted, url_name, query, message):
     response = client.get(reverse(url_name, args=[charted.pk]), query)
     assert response.status_code == 400
     if url_name == "pipeline":  # a page: an HTML page naming the parameter, the value escaped
@@ -217,7 +204,7 @@ def test_every_export_needs_a_login(client, charted):
     assert client.post(reverse("export_job_new", args=[charted.pk]), {"export": "batches_csv"}).status_code == 302
 
 
-def test_the_pipeline_page_has_chart_selectors_custom_range_and_export_links(client, alice, charted):
+def test_the_pipeline_page_has_chart_selectors_custom_range_and_export_links(client, vera_logged_in, charted):
     html = client.get(reverse("pipeline", args=[charted.pk]), {"kind": "partitions", "unit": "seconds",
                                                                "range": "6h"}).content.decode()
     assert '<option value="partitions" selected>per partition</option>' in html
@@ -234,7 +221,7 @@ def test_the_pipeline_page_has_chart_selectors_custom_range_and_export_links(cli
 
 
 def test_a_batch_export_over_the_inline_limit_offers_a_background_job_that_is_queued(
-    client, alice, settings, django_capture_on_commit_callbacks
+    client, vera_logged_in, settings, django_capture_on_commit_callbacks
 ):
     settings.EXPORT_INLINE_MAX_ROWS = 100
     p = pipeline_row("big")
@@ -248,16 +235,16 @@ def test_a_batch_export_over_the_inline_limit_offers_a_background_job_that_is_qu
     assert response.status_code == 302 and response["Location"] == reverse("export_jobs")
     job = ExportJob.objects.get(pipeline=p)
     assert (job.user, job.kind, job.status, job.params["preset"], job.params["since"]) == (
-        alice, "batches_csv", "queued", "all", None)
+        vera_logged_in, "batches_csv", "queued", "all", None)
     assert len(callbacks) == 1  # the task is sent once the row is committed
 
 
-def test_the_export_service_writes_the_file_with_progress_and_the_owner_downloads_it(client, alice, bob, settings, tmp_path):
+def test_the_export_service_writes_the_file_with_progress_and_the_owner_downloads_it(client, vera_logged_in, erin, settings, tmp_path):
     settings.EXPORT_DIR = tmp_path / "exports"
     p = pipeline_row("bg", topic="orders", group="billing")
     batches(p, 2500)
     time_range = exports_range_all()
-    job = export_job_create(user=alice, pipeline=p, kind=ExportJob.Kind.BATCHES_CSV, time_range=time_range)
+    job = export_job_create(user=vera_logged_in, pipeline=p, kind=ExportJob.Kind.BATCHES_CSV, time_range=time_range)
 
     done = export_job_run(job_id=job.pk)
     assert done.status == "done" and done.error == ""
@@ -276,17 +263,17 @@ def test_the_export_service_writes_the_file_with_progress_and_the_owner_download
     assert download.status_code == 200 and b"".join(download.streaming_content) == written
     assert 'filename="offsetwatch_orders_billing_bg-store_all_batches.csv"' in download["Content-Disposition"]
 
-    client.force_login(bob)
+    client.force_login(erin)
     assert client.get(reverse("export_job_download", args=[job.pk])).status_code == 404
     assert f'data-job="{job.pk}"' not in client.get(reverse("export_jobs_live")).content.decode()
 
 
-def test_a_chart_export_job_writes_the_chart_rows(alice, settings, tmp_path, charted):
+def test_a_chart_export_job_writes_the_chart_rows(vera, settings, tmp_path, charted):
     from dashboard.web.params import TimeRange
 
     settings.EXPORT_DIR = tmp_path
     now = timezone.now()
-    job = export_job_create(user=alice, pipeline=charted, kind=ExportJob.Kind.CHART_CSV,
+    job = export_job_create(user=vera, pipeline=charted, kind=ExportJob.Kind.CHART_CSV,
                                      time_range=TimeRange(now - timedelta(hours=1), now, "1h"),
                                      chart_kind="partitions", chart_unit="messages")
     done = export_job_run(job_id=job.pk)
@@ -297,26 +284,26 @@ def test_a_chart_export_job_writes_the_chart_rows(alice, settings, tmp_path, cha
     assert {r[0]: r[1] for r in preamble}["# Offset Watch export"].startswith("Lag in messages per partition: orders")
 
 
-def test_a_failing_export_is_recorded_with_its_reason_and_leaves_no_file(alice, settings, tmp_path):
+def test_a_failing_export_is_recorded_with_its_reason_and_leaves_no_file(vera, settings, tmp_path):
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
     settings.EXPORT_DIR = blocker / "exports"
     p = pipeline_row("fails")
-    job = export_job_create(user=alice, pipeline=p, kind=ExportJob.Kind.BATCHES_CSV,
+    job = export_job_create(user=vera, pipeline=p, kind=ExportJob.Kind.BATCHES_CSV,
                                      time_range=exports_range_all())
     failed = export_job_run(job_id=job.pk)
     assert failed.status == "failed" and "NotADirectoryError" in failed.error and failed.finished_at
     assert failed.file_path == ""
 
 
-def test_prune_removes_expired_exports_and_their_files_and_fails_orphaned_ones(alice, settings, tmp_path):
+def test_prune_removes_expired_exports_and_their_files_and_fails_orphaned_ones(vera, settings, tmp_path):
     settings.EXPORT_DIR = tmp_path
     p = pipeline_row("prune")
     batches(p, 5)
-    job = export_job_create(user=alice, pipeline=p, kind=ExportJob.Kind.BATCHES_CSV,
+    job = export_job_create(user=vera, pipeline=p, kind=ExportJob.Kind.BATCHES_CSV,
                                      time_range=exports_range_all())
     done = export_job_run(job_id=job.pk)
-    orphan = ExportJob.objects.create(user=alice, pipeline=p, kind="batches_csv", status="running",
+    orphan = ExportJob.objects.create(user=vera, pipeline=p, kind="batches_csv", status="running",
                                       started_at=timezone.now() - timedelta(hours=3))
     later = timezone.now() + timedelta(seconds=settings.EXPORT_RETENTION_S + 60)
     assert export_jobs_prune(now=later) == 1  # the expired one
@@ -337,7 +324,7 @@ def test_a_missing_chromium_is_named_before_kaleido_starts(settings):
         exports.chromium_path()
 
 
-def test_chart_data_over_the_inline_limit_is_refused_unless_downsampled(client, alice, settings, charted):
+def test_chart_data_over_the_inline_limit_is_refused_unless_downsampled(client, vera_logged_in, settings, charted):
     settings.EXPORT_INLINE_MAX_ROWS = 10
     url = reverse("pipeline_chart_json", args=[charted.pk])
     assert client.get(url, {"range": "1h"}).status_code == 413

@@ -7,10 +7,9 @@ import re
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from dashboard.accounts.roles import VIEWER
 from dashboard.api import views as api_views
 from dashboard.web import views as web_views
-from tests.factories import offline_pipeline, person
+from tests.factories import offline_pipeline
 
 pytestmark = pytest.mark.django_db
 
@@ -38,10 +37,10 @@ def example(route: str, pipeline_id: int) -> str:
 
 
 @pytest.fixture
-def viewer_client(client, unique_name, collectors_ticking):
+def viewer_client(client, vera, unique_name, collectors_ticking):
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 100)},
                                 batches=[(1_700_000_000_000, {0: 40}), (1_700_000_010_000, {0: 60})])
-    client.force_login(person("vera", VIEWER))
+    client.force_login(vera)
     return client, pipeline
 
 
@@ -70,10 +69,10 @@ def test_every_route_answers_with_no_store_nosniff_same_origin_referrer_and_a_cs
     assert len(names) >= 30
 
 
-def test_the_api_and_metrics_answer_no_store_to_a_token_and_to_nobody(db, client):
+def test_the_api_and_metrics_answer_no_store_to_a_token_and_to_nobody(client, prometheus):
     from dashboard.accounts.tokens import api_token_issue
 
-    _, token = api_token_issue(user=person("prometheus", VIEWER), name="scraper")
+    _, token = api_token_issue(user=prometheus, name="scraper")
     for url in (reverse("metrics"), reverse("api_pipelines")):
         response = client.get(url, HTTP_AUTHORIZATION=f"Bearer {token}")
         assert response.status_code == 200 and response["Cache-Control"] == "no-store", url
@@ -98,14 +97,14 @@ def test_the_policy_allows_scripts_only_from_the_site_itself(client):
     assert directives["style-src"] == "'self' 'unsafe-inline'"  # plotly.js styles what it draws
 
 
-def test_the_database_unavailable_page_has_the_policy_and_no_store_too(client, monkeypatch):
+def test_the_database_unavailable_page_has_the_policy_and_no_store_too(client, vera, monkeypatch):
     from django.db import OperationalError
 
 
     def away(*args, **kwargs):
         raise OperationalError("connection refused")
 
-    client.force_login(person("vera", VIEWER))
+    client.force_login(vera)
     monkeypatch.setattr(api_views, "pipelines_filtered", away)
     monkeypatch.setattr(web_views, "store_names", away)
     page = client.get("/")

@@ -20,7 +20,7 @@ from dashboard.models import ExportJob, LagSample
 from dashboard.web import heavy
 from dashboard.web.params import ChartParams, TimeRange
 from devstack.components import free_port
-from tests.factories import person, pipeline_row, samples_bulk
+from tests.factories import pipeline_row, samples_bulk
 
 pytestmark = pytest.mark.django_db
 
@@ -28,18 +28,12 @@ DAY_START = datetime(2026, 11, 20, 10, 0, tzinfo=dt_timezone.utc)
 
 
 @pytest.fixture
-def alice(client):
-    user = person("alice", "viewer", password="correct horse battery")
-    client.force_login(user)
-    return user
-
-
-@pytest.fixture
-def bob_client():
+def erin_client(erin):
+    """A second client, logged in as another viewer."""
     from django.test import Client
 
     other = Client()
-    other.force_login(person("bob", "viewer", password="correct horse battery"))
+    other.force_login(erin)
     return other
 
 
@@ -65,7 +59,7 @@ def lag_queries(queries) -> list[str]:
 # --- the chart cache --------------------------------------------------------------------------------
 
 
-def test_two_custom_ranges_milliseconds_apart_are_one_cache_entry(client, alice, day):
+def test_two_custom_ranges_milliseconds_apart_are_one_cache_entry(client, vera_logged_in, day):
     url = reverse("pipeline_lag_chart", args=[day.pk])
     first = client.get(url, custom(100, 200))
     assert first.status_code == 200
@@ -80,10 +74,10 @@ def test_two_custom_ranges_milliseconds_apart_are_one_cache_entry(client, alice,
     assert "2026-11-20 10:05 to 2026-11-21 10:10" in first.json()["layout"]["title"]["text"]
 
 
-def test_a_cached_chart_is_served_while_the_users_heavy_slot_is_taken(client, alice, day):
+def test_a_cached_chart_is_served_while_the_users_heavy_slot_is_taken(client, vera_logged_in, day):
     url = reverse("pipeline_lag_chart", args=[day.pk])
     assert client.get(url, custom(1, 2)).status_code == 200
-    with heavy.acquire(user_id=alice.pk):
+    with heavy.acquire(user_id=vera_logged_in.pk):
         assert client.get(url, custom(5, 6)).status_code == 200  # from the cache: no slot needed
         assert client.get(url, {**custom(1, 2), "unit": "seconds"}).status_code == 429  # cold: heavy
 
@@ -120,12 +114,12 @@ def test_the_cache_keeps_within_its_entry_and_byte_bounds(settings):
     assert chart_cache.stats()[1] <= 800
 
 
-def test_a_png_is_cached_and_a_second_one_needs_no_slot(client, alice, day):
+def test_a_png_is_cached_and_a_second_one_needs_no_slot(client, vera_logged_in, day):
     url = reverse("pipeline_chart_png", args=[day.pk])
     query = {**custom(10, 20), "width": "600", "height": "300"}
     first = client.get(url, query)
     assert first.status_code == 200 and first.content[:8] == b"\x89PNG\r\n\x1a\n"
-    with heavy.acquire(user_id=alice.pk):
+    with heavy.acquire(user_id=vera_logged_in.pk):
         second = client.get(url, {**query, "from": "2026-11-20T10:07:00.500+00:00"})
         assert second.status_code == 200 and second.content == first.content
         assert client.get(url, {**query, "width": "601"}).status_code == 429  # another image: rendered
@@ -134,7 +128,7 @@ def test_a_png_is_cached_and_a_second_one_needs_no_slot(client, alice, day):
 # --- maximum span and sizes -------------------------------------------------------------------------
 
 
-def test_a_custom_range_over_the_maximum_span_is_a_400_naming_from(client, alice, day):
+def test_a_custom_range_over_the_maximum_span_is_a_400_naming_from(client, vera_logged_in, day):
     for name in ("pipeline_lag_chart", "pipeline_chart_png", "pipeline_chart_json", "pipeline"):
         response = client.get(reverse(name, args=[day.pk]), {"from": "2026-10-01T00:00", "to": "2026-11-01T00:00"})
         assert response.status_code == 400, name
@@ -144,7 +138,7 @@ def test_a_custom_range_over_the_maximum_span_is_a_400_naming_from(client, alice
                       {"from": "2026-10-02T00:00", "to": "2026-11-01T00:00"}).status_code == 200  # 30 days
 
 
-def test_a_preset_over_a_lowered_maximum_span_is_a_400_naming_range(client, alice, day, settings):
+def test_a_preset_over_a_lowered_maximum_span_is_a_400_naming_range(client, vera_logged_in, day, settings):
     settings.CHART_MAX_SPAN_S = 7 * 86400
     response = client.get(reverse("pipeline_lag_chart", args=[day.pk]), {"range": "30d"})
     assert response.status_code == 400
@@ -156,12 +150,12 @@ def test_a_preset_over_a_lowered_maximum_span_is_a_400_naming_range(client, alic
     ({"width": "4000", "height": "1000"}, "parameter 'width': '4000' is not a whole number from 300 to 2400"),
     ({"width": "1000", "height": "3000"}, "parameter 'height': '3000' is not a whole number from 200 to 1600"),
 ])
-def test_a_too_large_image_is_a_400(client, alice, day, query, message):
+def test_a_too_large_image_is_a_400(client, vera_logged_in, day, query, message):
     response = client.get(reverse("pipeline_chart_png", args=[day.pk]), {"range": "24h", **query})
     assert response.status_code == 400 and response.content.decode() == message
 
 
-def test_chart_data_over_the_inline_point_limit_is_a_413_offering_a_background_export(client, alice, day, settings):
+def test_chart_data_over_the_inline_point_limit_is_a_413_offering_a_background_export(client, vera_logged_in, day, settings):
     settings.EXPORT_INLINE_MAX_POINTS = 300  # 145 samples: 145 values in total, 435 per partition
     url = reverse("pipeline_chart_json", args=[day.pk])
     query = {"from": "2026-11-20T10:00", "to": "2026-11-21T10:00"}
@@ -177,7 +171,7 @@ def test_chart_data_over_the_inline_point_limit_is_a_413_offering_a_background_e
     assert client.get(url, {**query, "kind": "partitions", "max_points": "400"}).status_code == 413
 
 
-def test_a_batch_export_over_the_inline_point_limit_is_a_413(client, alice, settings):
+def test_a_batch_export_over_the_inline_point_limit_is_a_413(client, vera_logged_in, settings):
     from dashboard.models import Batch
 
     settings.EXPORT_INLINE_MAX_POINTS = 100
@@ -191,8 +185,8 @@ def test_a_batch_export_over_the_inline_point_limit_is_a_413(client, alice, sett
 # --- heavy-request slots ----------------------------------------------------------------------------
 
 
-def test_a_second_heavy_request_of_one_user_is_a_429_and_another_user_is_served(client, alice, bob_client, day):
-    with heavy.acquire(user_id=alice.pk):  # alice's first heavy request, still running
+def test_a_second_heavy_request_of_one_user_is_a_429_and_another_user_is_served(client, vera_logged_in, erin_client, day):
+    with heavy.acquire(user_id=vera_logged_in.pk):  # vera's first heavy request, still running
         for name in ("pipeline_lag_chart", "pipeline_chart_png", "pipeline_chart_json", "pipeline_chart_csv"):
             response = client.get(reverse(name, args=[day.pk]), {"range": "24h"})
             assert response.status_code == 429, name
@@ -202,11 +196,11 @@ def test_a_second_heavy_request_of_one_user_is_a_429_and_another_user_is_served(
         assert client.get(reverse("pipeline_batches_csv", args=[day.pk])).status_code == 429
         # The 1-hour chart the page polls is light: never refused.
         assert client.get(reverse("pipeline_lag_chart", args=[day.pk]), {"range": "1h"}).status_code == 200
-        assert bob_client.get(reverse("pipeline_lag_chart", args=[day.pk]), {"range": "24h"}).status_code == 200
+        assert erin_client.get(reverse("pipeline_lag_chart", args=[day.pk]), {"range": "24h"}).status_code == 200
     assert client.get(reverse("pipeline_lag_chart", args=[day.pk]), {"range": "24h"}).status_code == 200
 
 
-def test_the_global_limit_refuses_a_third_user_while_two_run(client, alice, day, settings):
+def test_the_global_limit_refuses_a_third_user_while_two_run(client, vera_logged_in, day, settings):
     assert settings.HEAVY_GLOBAL == 2
     with heavy.acquire(user_id="x1"), heavy.acquire(user_id="x2"):
         response = client.get(reverse("pipeline_chart_json", args=[day.pk]), {"range": "24h"})
@@ -222,7 +216,7 @@ def test_a_429_under_the_api_is_json():
     assert response["Content-Type"] == "application/json" and response.content == b'{"error": "busy now"}'
 
 
-def test_the_slot_is_released_after_an_exception(client, alice, day, monkeypatch):
+def test_the_slot_is_released_after_an_exception(client, vera_logged_in, day, monkeypatch):
     def broken(**kwargs):
         raise RuntimeError("the database went away mid-chart")
 
@@ -235,7 +229,7 @@ def test_the_slot_is_released_after_an_exception(client, alice, day, monkeypatch
     assert client.get(reverse("pipeline_lag_chart", args=[day.pk]), {"range": "24h"}).status_code == 200
 
 
-def test_a_streamed_export_holds_its_slot_until_it_is_read_or_closed(client, alice, day):
+def test_a_streamed_export_holds_its_slot_until_it_is_read_or_closed(client, vera_logged_in, day):
     response = client.get(reverse("pipeline_chart_csv", args=[day.pk]), custom(0, 0))
     assert response.status_code == 200
     assert client.get(reverse("pipeline_chart_json", args=[day.pk]), {"range": "24h"}).status_code == 429
@@ -261,9 +255,9 @@ def test_a_killed_holders_slot_expires(settings):
     heavy.acquire(user_id="killed").release()
 
 
-def test_without_redis_charts_are_served_without_cache_or_limit(client, alice, day, settings):
+def test_without_redis_charts_are_served_without_cache_or_limit(client, vera_logged_in, day, settings):
     settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
-    slot = heavy.acquire(user_id=alice.pk)
+    slot = heavy.acquire(user_id=vera_logged_in.pk)
     assert slot.token is None
     url = reverse("pipeline_lag_chart", args=[day.pk])
     assert client.get(url, {"range": "24h"}).status_code == 200
@@ -273,7 +267,7 @@ def test_without_redis_charts_are_served_without_cache_or_limit(client, alice, d
 # --- background exports -----------------------------------------------------------------------------
 
 
-def test_a_fourth_background_export_is_a_429_until_one_finishes(client, alice, day, django_capture_on_commit_callbacks):
+def test_a_fourth_background_export_is_a_429_until_one_finishes(client, vera_logged_in, day, django_capture_on_commit_callbacks):
     url = reverse("export_job_new", args=[day.pk])
     with django_capture_on_commit_callbacks(execute=False):
         for _ in range(3):
@@ -281,8 +275,8 @@ def test_a_fourth_background_export_is_a_429_until_one_finishes(client, alice, d
         refused = client.post(url, {"export": "chart_csv", "range": "24h"})
     assert refused.status_code == 429 and refused["Retry-After"] == "60"
     assert "OFFSETWATCH_EXPORT_JOBS_PER_USER=3" in refused.content.decode()
-    assert ExportJob.objects.filter(user=alice).count() == 3
-    ExportJob.objects.filter(pk=ExportJob.objects.filter(user=alice).first().pk).update(status=ExportJob.Status.DONE)
+    assert ExportJob.objects.filter(user=vera_logged_in).count() == 3
+    ExportJob.objects.filter(pk=ExportJob.objects.filter(user=vera_logged_in).first().pk).update(status=ExportJob.Status.DONE)
     with django_capture_on_commit_callbacks(execute=False):
         assert client.post(url, {"export": "chart_csv", "range": "24h"}).status_code == 302
 
@@ -305,7 +299,7 @@ def test_a_heavy_computation_runs_niced_in_its_own_thread_on_the_requests_connec
     assert LagSample.objects.filter(pipeline=day).count() == 145  # the connection is still the caller's
 
 
-def test_a_range_at_the_end_of_the_calendar_is_drawn_as_asked_not_widened_past_it(client, alice, day):
+def test_a_range_at_the_end_of_the_calendar_is_drawn_as_asked_not_widened_past_it(client, vera_logged_in, day):
     # Widened to whole hours, 9999-12-31T23:30 would end in year 10000.
     response = client.get(reverse("pipeline_lag_chart", args=[day.pk]),
                           {"from": "9999-12-02T00:00+00:00", "to": "9999-12-31T23:30+00:00"})

@@ -8,18 +8,10 @@ import pytest
 from django.urls import reverse
 
 from collectors.cycle import collect_once
-from dashboard.accounts.roles import VIEWER
 from dashboard.models import Pipeline
-from tests.factories import hbase_store_setup, person, save
+from tests.factories import hbase_store_setup, save
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def alice(client):
-    user = person("alice", VIEWER, password="correct horse battery")
-    client.force_login(user)
-    return user
 
 
 def cells(html: str, table_id: str) -> list[list[str]]:
@@ -32,7 +24,7 @@ def test_login_is_required_except_for_health(client, collectors_ticking):
     assert client.get(reverse("healthz")).json() == {"status": "ok"}
 
 
-def test_pipeline_page_shows_batches_newest_first_and_lag_per_partition(client, alice, stack, unique_name):
+def test_pipeline_page_shows_batches_newest_first_and_lag_per_partition(client, vera_logged_in, stack, unique_name):
     s = hbase_store_setup(stack, unique_name, partitions=2, records=20)  # 10 per partition
     save(s, "billing", 1_700_000_000_000, {0: 3, 1: 4})
     save(s, "billing", 1_700_000_060_000, {0: 7, 1: 9})
@@ -53,7 +45,7 @@ def test_pipeline_page_shows_batches_newest_first_and_lag_per_partition(client, 
     assert "Data is stale" not in html
 
 
-def test_overview_lists_pipelines_with_total_lag(client, alice, stack, unique_name):
+def test_overview_lists_pipelines_with_total_lag(client, vera_logged_in, stack, unique_name):
     s = hbase_store_setup(stack, unique_name, partitions=1, records=5)
     save(s, "g", 1_700_000_000_000, {0: 2})
     collect_once()
@@ -63,7 +55,7 @@ def test_overview_lists_pipelines_with_total_lag(client, alice, stack, unique_na
     assert ">STOPPED</span>" not in row and "p0: 3" in row
 
 
-def test_stale_data_is_said_not_shown_as_current(client, alice, stack, unique_name):
+def test_stale_data_is_said_not_shown_as_current(client, vera_logged_in, stack, unique_name):
     s = hbase_store_setup(stack, unique_name, partitions=1, records=5)
     save(s, "g", 1_700_000_000_000, {0: 2})
     collect_once()
@@ -77,7 +69,7 @@ def test_stale_data_is_said_not_shown_as_current(client, alice, stack, unique_na
     assert "polls failing since" in client.get(reverse("overview")).content.decode()
 
 
-def test_hostile_group_names_are_escaped(client, alice, stack, unique_name):
+def test_hostile_group_names_are_escaped(client, vera_logged_in, stack, unique_name):
     s = hbase_store_setup(stack, unique_name, partitions=1, records=1)
     hostile = '<script>alert("g")</script>'
     save(s, hostile, 1_700_000_000_000, {0: 1})
@@ -89,7 +81,7 @@ def test_hostile_group_names_are_escaped(client, alice, stack, unique_name):
         assert "&lt;script&gt;alert(&quot;g&quot;)&lt;/script&gt;" in html
 
 
-def test_lag_chart_is_a_plotly_figure_of_the_samples(client, alice, stack, unique_name):
+def test_lag_chart_is_a_plotly_figure_of_the_samples(client, vera_logged_in, stack, unique_name):
     s = hbase_store_setup(stack, unique_name, partitions=1, records=4)
     save(s, "g", 1_700_000_000_000, {0: 1})
     collect_once()
@@ -100,11 +92,11 @@ def test_lag_chart_is_a_plotly_figure_of_the_samples(client, alice, stack, uniqu
     assert pipeline.topic in fig["layout"]["title"]["text"]
 
 
-def test_unknown_pipeline_is_a_404_not_a_500(client, alice):
+def test_unknown_pipeline_is_a_404_not_a_500(client, vera_logged_in):
     assert client.get(reverse("pipeline", args=[999999])).status_code == 404
 
 
-def test_collector_health_page_and_json(client, alice, stack, unique_name):
+def test_collector_health_page_and_json(client, vera_logged_in, stack, unique_name):
     good = hbase_store_setup(stack, unique_name, partitions=1)
     bad = hbase_store_setup(stack, unique_name, partitions=1)
     bad.store.url = "hbase://127.0.0.1:1/gone"
@@ -126,7 +118,7 @@ def test_collector_json_needs_a_session(client):
     assert response.status_code == 401 and "log in" in response.json()["error"]
 
 
-def test_the_cadence_of_a_page_s_oldest_batch_comes_from_the_next_page(client, alice, unique_name):
+def test_the_cadence_of_a_page_s_oldest_batch_comes_from_the_next_page(client, vera_logged_in, unique_name):
     from tests.factories import offline_pipeline
 
     batches = [(1_700_000_000_000 + i * 2_000 + (500 if i == 2 else 0), {0: i}) for i in range(53)]
@@ -139,7 +131,7 @@ def test_the_cadence_of_a_page_s_oldest_batch_comes_from_the_next_page(client, a
     assert [row[-1] for row in last] == ["2.5 s", "2 s", "—"]
 
 
-def test_a_long_first_import_shows_its_progress_until_done(client, alice, stack, unique_name, settings):
+def test_a_long_first_import_shows_its_progress_until_done(client, vera_logged_in, stack, unique_name, settings):
     settings.MAX_BATCHES_PER_CYCLE = 10
     s = hbase_store_setup(stack, unique_name, partitions=1, records=30)
     start = int(time.time() * 1000) - 30 * 60_000

@@ -7,10 +7,8 @@ from django.db import InterfaceError, OperationalError
 from django.test import Client
 
 from dashboard.accounts import tokens
-from dashboard.accounts.roles import VIEWER
 from dashboard.api import views as api_views
 from dashboard.web import views as web_views
-from tests.factories import person
 
 pytestmark = pytest.mark.django_db
 
@@ -19,11 +17,6 @@ REFUSED = 'connection failed: connection to server at "127.0.0.1", port 5432 fai
 
 def away(*args, **kwargs):
     raise OperationalError(REFUSED)
-
-
-@pytest.fixture
-def vera():
-    return person("vera", VIEWER, password="correct horse battery")
 
 
 @pytest.mark.parametrize("error", [OperationalError, InterfaceError])
