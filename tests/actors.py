@@ -16,6 +16,7 @@ CAST: dict[str, tuple[str, ...]] = {
     "olga": (OPERATOR,),  # the operator: requests rewinds (operator implies viewer)
     "otto": (OPERATOR,),  # a second operator: someone who did not request the rewind
     "amir": (APPROVER,),  # the approver: decides rewinds others requested
+    "sam": (OPERATOR, APPROVER),  # holds every role: may not approve his own request, sees every page
     "dave": (),  # logged in, no role: sees no data
     "prometheus": (VIEWER,),  # the account whose API token a scraper (Prometheus, Grafana) holds
 }

@@ -142,6 +142,12 @@ def vera_logged_in(vera, client):
 
 
 @pytest.fixture
+def vera_client(vera_logged_in, client):
+    """The test client, logged in as the viewer."""
+    return client
+
+
+@pytest.fixture
 def erin(db):
     """A second viewer."""
     return actor("erin")
@@ -163,6 +169,12 @@ def otto(db):
 def amir(db):
     """The approver (decides rewinds)."""
     return actor("amir")
+
+
+@pytest.fixture
+def sam(db):
+    """An operator who is also an approver."""
+    return actor("sam")
 
 
 @pytest.fixture

@@ -12,14 +12,14 @@ from tests.factories import offline_pipeline
 
 
 def _append(n: int, **kw) -> list[AuditEvent]:
-    return [audit_append(actor="alice", action="test.event", subject=f"event {i}", details={"i": i}, **kw)
+    return [audit_append(actor="vera", action="test.event", subject=f"event {i}", details={"i": i}, **kw)
             for i in range(n)]
 
 
 @pytest.mark.django_db
 def test_events_chain_and_verify(unique_name):
     p = offline_pipeline(unique_name, partitions={0: (0, 5)}, batches=[(1_700_000_000_000, {0: 5})])
-    first, second = audit_append(actor="alice", action="rewind.requested", subject="rewind 1", pipeline=p,
+    first, second = audit_append(actor="vera", action="rewind.requested", subject="rewind 1", pipeline=p,
                                  before={"0": 120}, after={"0": 40}, remote_addr="10.1.2.3"), *_append(1)
     assert first.prev_hash == GENESIS and second.prev_hash == first.hash
     assert first.pipeline_id == p.pk and first.pipeline_label.startswith(f"{p.topic} / etl")

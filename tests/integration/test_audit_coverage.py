@@ -19,7 +19,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.test import Client
 from django.urls import reverse
 
-from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
+from dashboard.accounts.roles import VIEWER
 from dashboard.accounts.tokens import api_token_issue, pipeline_token_issue
 from dashboard.admin import AuditedAdmin
 from dashboard.audit.services import audit_verify
@@ -278,11 +278,10 @@ def test_a_groups_permissions_change_names_what_was_added_and_removed(client):
 
 
 @pytest.fixture
-def job(unique_name):
+def job(unique_name, olga, amir):
     """An approved rewind of a pipeline and its job's client (the pipeline token named 'etl-job')."""
     p = offline_pipeline(unique_name, partitions={0: (0, 100), 1: (0, 80)},
                          batches=[(T0, {0: 10, 1: 10}), (T0 + 10_000, {0: 30, 1: 20}), (T0 + 20_000, {0: 60, 1: 50})])
-    olga, amir = person("olga", OPERATOR), person("amir", APPROVER)
     r = rewind_request(pipeline=p, user=olga, kind="batch", spec={"batch_time_ms": T0 + 10_000}, reason="bad deploy")
     rewind_decide(rewind=r, user=amir, approve=True)
     token, plain = pipeline_token_issue(pipeline=p, name="etl-job")
@@ -290,7 +289,7 @@ def job(unique_name):
             "client": Client(HTTP_AUTHORIZATION=f"Bearer {plain}", REMOTE_ADDR="192.0.2.44")}
 
 
-def test_job_events_name_the_token_never_the_instance_the_job_claims(job):
+def test_job_events_name_the_token_never_the_instance_the_job_claims(job, vera):
     """A job saying it is `amir` (an approver's name) is recorded as its token, `amir` as data."""
     p, r, client = job["pipeline"], job["rewind"], job["client"]
     actor = f"pipeline token {job['token'].prefix}… (etl-job)"
@@ -312,7 +311,7 @@ def test_job_events_name_the_token_never_the_instance_the_job_claims(job):
     assert AuditEvent.objects.filter(actor="amir").values_list("action", flat=True).get() == "rewind.approved"
     # The rewind's timeline shows who (the token) and, as a detail, the instance the job named.
     viewer = Client()
-    viewer.force_login(person("vera", VIEWER))
+    viewer.force_login(vera)
     html = viewer.get(reverse("rewind", args=[r.pk])).content.decode()
     assert f"<td>rewind.claimed</td><td>{actor}</td><td>192.0.2.44</td><td>amir</td>" in html
 

@@ -6,12 +6,10 @@ import pytest
 from django.urls import reverse
 
 from collectors.cycle import collect_once
-from dashboard.accounts.roles import VIEWER
 from dashboard.models import Pipeline
 from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create, watermarks_record
 from reference_job.producer import ensure_topic, produce
 from tests.corpus import spark_batch
-from tests.factories import person
 
 pytestmark = pytest.mark.django_db
 
@@ -19,7 +17,7 @@ T0 = 1_700_000_000_000
 
 
 def test_a_checkpoints_numbers_come_from_its_newest_committed_batch_not_the_planned_one(
-    client, stack, tmp_path, unique_name,
+    client, stack, tmp_path, unique_name, vera,
 ):
     topic = unique_name("orders")
     ensure_topic(stack.kafka_bootstrap, topic, 2)
@@ -35,7 +33,7 @@ def test_a_checkpoints_numbers_come_from_its_newest_committed_batch_not_the_plan
     assert collect_once().errors == []
     pipeline = Pipeline.objects.get(store=store, topic=topic, group="orders-enricher")
 
-    client.force_login(person("carol", VIEWER))
+    client.force_login(vera)
     detail = client.get(f"/api/v1/pipelines/{pipeline.pk}").json()
     parts = {r["partition"]: r for r in detail["partitions"]}
     # Batch 4's offsets (what a restart resumes from), not batch 5's.
@@ -55,7 +53,7 @@ def test_a_checkpoints_numbers_come_from_its_newest_committed_batch_not_the_plan
     assert {p: (r["committed"], r["lag"]) for p, r in parts.items()} == {0: (17, 3), 1: (19, 1)}
 
 
-def test_an_out_of_range_partition_has_no_lag_numbers_and_says_why(client, stack, tmp_path, unique_name):
+def test_an_out_of_range_partition_has_no_lag_numbers_and_says_why(client, stack, tmp_path, unique_name, vera):
     """The state wins over every derived number: no lag, no lag in seconds, no "caught up"."""
     from django.utils import timezone
 
@@ -76,7 +74,7 @@ def test_an_out_of_range_partition_has_no_lag_numbers_and_says_why(client, stack
     assert collect_once().errors == []
     pipeline = Pipeline.objects.get(store=store, topic=topic, group=group)
 
-    client.force_login(person("carol", VIEWER))
+    client.force_login(vera)
     detail = client.get(f"/api/v1/pipelines/{pipeline.pk}").json()
     parts = {r["partition"]: r for r in detail["partitions"]}
     p0 = parts[0]
@@ -125,7 +123,7 @@ def zk_root(stack, unique_name):
 
 
 def test_a_zookeeper_group_rewriting_unchanged_offsets_while_messages_wait_is_stalled(
-    client, stack, zk_root, unique_name,
+    client, stack, zk_root, unique_name, vera,
 ):
     """Every partition node re-written with the same offset (its mtime moves): the store says a
     batch was written, so the batches keep coming while no offset moves: STALLED, not stopped."""
@@ -152,13 +150,13 @@ def test_a_zookeeper_group_rewriting_unchanged_offsets_while_messages_wait_is_st
     assert pipeline.batches.count() == 5
     assert set(pipeline.batches.exclude(records=None).values_list("records", flat=True)) == {0}
 
-    client.force_login(person("carol", VIEWER))
+    client.force_login(vera)
     detail = client.get(f"/api/v1/pipelines/{pipeline.pk}").json()
     assert detail["status"] == "STALLED", detail["reasons"]
     assert any("batches keep coming but no offset moved" in r and "30 messages wait" in r for r in detail["reasons"])
 
 
-def test_a_recurring_torn_write_warning_is_one_row_with_a_count(client, stack, zk_root, unique_name):
+def test_a_recurring_torn_write_warning_is_one_row_with_a_count(client, stack, zk_root, unique_name, vera):
     """A per-partition writer whose partition 0 stopped while partition 1 keeps committing: the
     torn-write warning recurs at every poll, its text unchanged, so it stays one row whose count
     and last-seen time grow (it held the changing times and added a row per poll)."""
@@ -187,6 +185,6 @@ def test_a_recurring_torn_write_warning_is_one_row_with_a_count(client, stack, z
     assert seen[0][0][1] < seen[2][0][1]  # the last-seen time moves on, in its own field
 
     pipeline = Pipeline.objects.get(store=store, topic=topic, group=group)
-    client.force_login(person("carol", VIEWER))
+    client.force_login(vera)
     html = client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
     assert html.count("torn write: partitions 0 behind") == 1 and '<td class="num">3</td>' in html

@@ -26,11 +26,11 @@ from reference_job.producer import ensure_topic, produce
 from streamoffsets.dashboard_client import DashboardClient, DashboardError
 from streamoffsets.stores.hbase import HBaseOffsetStore
 from streamoffsets.types import BatchOffsets
+from tests.actors import CAST, passphrase
 
 pytestmark = pytest.mark.deployed
 
 POLL_INTERVAL_S = 2.0
-PASSWORD = "correct horse battery staple"
 
 
 class Webhook:
@@ -83,9 +83,8 @@ def deployed(stack, webhook, tmp_path_factory):
 def world(deployed, stack):
     """Named people and one pipeline the deployed collectors discovered: a topic on Tansu, an HBase
     store with three batches of it, registered through `manage.py shell` like an operator would."""
-    deployed.create_user("alice", "viewer", password=PASSWORD)
-    deployed.create_user("olivia", "viewer", "operator", password=PASSWORD)
-    deployed.create_user("april", "viewer", "approver", password=PASSWORD)
+    for name in ("vera", "olga", "amir"):
+        deployed.create_user(name, *CAST[name], password=passphrase(name))
     suffix = f"{os.getpid()}_{int(time.time())}"
     topic, table = f"deployed-orders-{suffix}", f"deployed_offsets_{suffix}"
     ensure_topic(stack.kafka_bootstrap, topic, 2)
@@ -117,19 +116,19 @@ def test_the_harness_starts_quickly(deployed):
 def test_a_background_export_asked_for_on_the_page_is_written_by_the_worker_and_downloaded(deployed, world):
     """Issue #11, observation 9: the web process queued the task on Celery's default app
     (amqp://localhost), so the job stayed "queued" (or failed to queue) and no worker ever saw it."""
-    alice = deployed.session("alice", PASSWORD)
-    status, headers, _ = alice.post(f"/pipelines/{world['pipeline']}/exports/",
+    vera = deployed.session("vera", passphrase("vera"))
+    status, headers, _ = vera.post(f"/pipelines/{world['pipeline']}/exports/",
                                     {"export": "batches_csv", "range": "all"})
     assert status == 302 and headers["Location"].endswith("/exports/"), status
 
     def finished():
-        html = alice.get("/exports/live/")[2].decode()
+        html = vera.get("/exports/live/")[2].decode()
         return re.search(r'href="/exports/(\d+)/download"', html) or ("failed" in html and html)
 
     found = wait_for(finished, timeout_s=30, interval_s=0.3)
-    page = alice.get("/exports/live/")[2].decode()
+    page = vera.get("/exports/live/")[2].decode()
     assert isinstance(found, re.Match), f"the export never finished; the page says:\n{page}\n{deployed.logs()}"
-    status, headers, body = alice.get(f"/exports/{found.group(1)}/download")
+    status, headers, body = vera.get(f"/exports/{found.group(1)}/download")
     assert status == 200 and "attachment" in headers["Content-Disposition"]
     rows = body.decode().splitlines()
     assert len([r for r in rows if r and not r.startswith("#")]) == 1 + 3, rows  # a header and three batches
@@ -139,13 +138,13 @@ def test_a_background_export_asked_for_on_the_page_is_written_by_the_worker_and_
 def test_an_approved_rewind_is_announced_on_the_webhook_through_the_worker(deployed, world, webhook):
     """Issue #11, observation 9: approvers were never notified (the web process's task went to
     amqp://localhost:5672)."""
-    olivia, april = deployed.session("olivia", PASSWORD), deployed.session("april", PASSWORD)
-    status, headers, body = olivia.post(f"/pipelines/{world['pipeline']}/rewind/", {
+    olga, amir = deployed.session("olga", passphrase("olga")), deployed.session("amir", passphrase("amir"))
+    status, headers, body = olga.post(f"/pipelines/{world['pipeline']}/rewind/", {
         "kind": "offsets", "offsets": "0:2, 1:2", "reason": "replay after the bad deploy", "mode": "job",
         "action": "submit"})
     assert status == 302, body.decode()[-2000:]
     rewind_id = int(re.search(r"/rewinds/(\d+)/", headers["Location"]).group(1))
-    status, _, body = april.post(f"/rewinds/{rewind_id}/decide", {"decision": "approve", "comment": "ok"})
+    status, _, body = amir.post(f"/rewinds/{rewind_id}/decide", {"decision": "approve", "comment": "ok"})
     assert status == 302, body.decode()[-2000:]
 
     def announced(event):
@@ -155,18 +154,18 @@ def test_an_approved_rewind_is_announced_on_the_webhook_through_the_worker(deplo
         f"no 'approved' notification reached the webhook; received: {webhook.received}\n{deployed.logs()}")
     assert announced("requested")
     message = announced("approved")[0]
-    assert message["rewind"]["approved_by"] == "april" and message["rewind"]["requested_by"] == "olivia"
+    assert message["rewind"]["approved_by"] == "amir" and message["rewind"]["requested_by"] == "olga"
     assert "notification" in deployed.logs(["worker"], lines=400)
 
 
 def test_beat_polls_each_source_at_the_configured_interval(deployed, world):
     """Beat enqueues a cycle every OFFSETWATCH_POLL_INTERVAL and the worker polls each source:
     the store's last attempt, read through the API, advances about every interval."""
-    alice = deployed.session("alice", PASSWORD)
+    vera = deployed.session("vera", passphrase("vera"))
     source = f"store:{world['store']}"
 
     def last_attempt():
-        status, _, body = alice.get("/api/v1/collectors")
+        status, _, body = vera.get("/api/v1/collectors")
         assert status == 200, body
         answer = json.loads(body)
         rows = [c for c in answer["sources"] if c["source"] == source]
@@ -188,13 +187,13 @@ def test_beat_polls_each_source_at_the_configured_interval(deployed, world):
 def test_the_api_answers_json_503_while_postgresql_is_away_and_recovers(deployed, world, how):
     """Issue #11, observation 7: with PostgreSQL down every API answer was Django's HTML 500 page
     (and a job read "500" instead of "unavailable")."""
-    token = deployed.manage("issue_api_token", "--user", "alice", "--name", f"probe-{how}").stdout.strip()
+    token = deployed.manage("issue_api_token", "--user", "vera", "--name", f"probe-{how}").stdout.strip()
     job_token = deployed.manage("issue_pipeline_token", "--store", "deployed-hbase", "--topic", world["topic"],
                                 "--group", "etl", "--name", f"job-{how}").stdout.strip()
-    alice = deployed.session("alice", PASSWORD)
+    vera = deployed.session("vera", passphrase("vera"))
     bearer = {"Authorization": f"Bearer {token}"}
-    assert alice.get("/api/v1/pipelines", headers=bearer)[0] == 200
-    assert alice.get("/api/v1/rewinds/pending", headers={"Authorization": f"Bearer {job_token}"})[0] == 200
+    assert vera.get("/api/v1/pipelines", headers=bearer)[0] == 200
+    assert vera.get("/api/v1/rewinds/pending", headers={"Authorization": f"Bearer {job_token}"})[0] == 200
 
     if how == "stopped":
         deployed.stop_process("postgres")  # pg_ctl stop -m fast
@@ -204,12 +203,12 @@ def test_the_api_answers_json_503_while_postgresql_is_away_and_recovers(deployed
         for path, headers in [("/api/v1/pipelines", bearer), ("/api/v1/collectors", {}),
                               (f"/api/v1/pipelines/{world['pipeline']}/batches", bearer),
                               ("/api/v1/rewinds/pending", {"Authorization": f"Bearer {job_token}"})]:
-            status, answer_headers, body = alice.get(path, headers=headers)
+            status, answer_headers, body = vera.get(path, headers=headers)
             assert status == 503, (path, status, body[:300])
             assert answer_headers["Content-Type"] == "application/json", (path, answer_headers["Content-Type"])
             assert json.loads(body)["error"].startswith("database unavailable: "), body
             assert int(answer_headers["Retry-After"]) > 0
-        status, _, body = alice.post("/api/v1/rewinds/1/claim", headers={"Authorization": f"Bearer {job_token}",
+        status, _, body = vera.post("/api/v1/rewinds/1/claim", headers={"Authorization": f"Bearer {job_token}",
                                                                            "Content-Type": "application/json"})
         assert status == 503 and json.loads(body)["error"].startswith("database unavailable")
         # The job's client reads it as the dashboard being unavailable, with the reason.
@@ -217,13 +216,13 @@ def test_the_api_answers_json_503_while_postgresql_is_away_and_recovers(deployed
             DashboardClient(deployed.base_url, job_token).pending_rewind()
         assert err.value.status == 503 and "HTTP 503: database unavailable" in str(err.value)
         # A page says so too, as a 503 rather than a server error.
-        status, _, body = alice.get("/")
+        status, _, body = vera.get("/")
         assert status == 503 and b"database unavailable" in body.lower()
         assert deployed.session().get("/healthz")[0] == 503
     finally:
         deployed.start_process("postgres")
-    assert wait_for(lambda: alice.get("/api/v1/pipelines", headers=bearer)[0] == 200, timeout_s=15)
-    assert alice.get("/api/v1/rewinds/pending", headers={"Authorization": f"Bearer {job_token}"})[0] == 200
+    assert wait_for(lambda: vera.get("/api/v1/pipelines", headers=bearer)[0] == 200, timeout_s=15)
+    assert vera.get("/api/v1/rewinds/pending", headers={"Authorization": f"Bearer {job_token}"})[0] == 200
 
 
 def test_every_process_binds_the_tasks_to_the_projects_celery_app(tmp_path):

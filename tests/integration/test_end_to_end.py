@@ -9,20 +9,18 @@ from celery.contrib.testing.worker import start_worker
 from django.urls import reverse
 
 from collectors import tasks
-from dashboard.accounts.roles import VIEWER
 from dashboard.models import Batch, LagSample, Pipeline, PipelineEvaluation
 from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
 from offsetwatch.celery import app
 from reference_job.job import JobConfig, ReferenceJob
 from reference_job.producer import ensure_topic, produce_forever
 from streamoffsets.kafka import KafkaWatermarkReader
-from tests.factories import person
 from tests.integration.test_celery_tasks import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]
 
 
-def test_live_job_offsets_reach_the_pipeline_page(spark, stack, unique_name, tmp_path, client):
+def test_live_job_offsets_reach_the_pipeline_page(spark, stack, unique_name, tmp_path, client, vera):
     topic = unique_name("live")
     ensure_topic(stack.kafka_bootstrap, topic, 3)
     table = unique_name("offsets").replace("-", "_")
@@ -63,7 +61,7 @@ def test_live_job_offsets_reach_the_pipeline_page(spark, stack, unique_name, tmp
     rows = PipelineEvaluation.objects.get(pipeline=pipeline).partitions
     assert {r["partition"]: r["lag"] for r in rows} == {p: marks[p].high - committed[p] for p in marks}
 
-    client.force_login(person("oncall", VIEWER))
+    client.force_login(vera)
     html = client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
     newest = saved[-1]
     first_row = re.search(r'<tr data-batch-ms="(\d+)">(.*?)</tr>', html, re.S)

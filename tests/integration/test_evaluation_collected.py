@@ -8,13 +8,12 @@ from django.urls import reverse
 from django.utils import timezone
 
 from collectors.cycle import collect_once
-from dashboard.accounts.roles import VIEWER
 from dashboard.models import Incident, Pipeline, PipelineEvaluation
 from dashboard.monitoring.services import store_get_or_create, store_reading_record, watermarks_record
 from streamoffsets.evaluation import Status
 from streamoffsets.kafka import WatermarkResult
 from streamoffsets.types import Watermarks
-from tests.factories import hbase_store_setup, person, save
+from tests.factories import hbase_store_setup, save
 
 pytestmark = pytest.mark.django_db
 
@@ -23,13 +22,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@pytest.fixture
-def oncall(client):
-    client.force_login(person("dana", VIEWER))
-    return client
-
-
-def test_a_stopped_pipeline_with_waiting_messages_opens_an_incident_that_recovery_closes(oncall, stack, unique_name):
+def test_a_stopped_pipeline_with_waiting_messages_opens_an_incident_that_recovery_closes(vera_client, stack, unique_name):
     s = hbase_store_setup(stack, unique_name, partitions=1, records=10)
     save(s, "etl", now_ms() - 600_000, {0: 2})  # the last batch ran ten minutes ago
     save(s, "etl", now_ms() - 599_000, {0: 4})
@@ -40,9 +33,9 @@ def test_a_stopped_pipeline_with_waiting_messages_opens_an_incident_that_recover
     assert any("stopped with 6 messages waiting" in r for r in evaluation.reasons)
     incident = Incident.objects.get(pipeline=pipeline, closed_at=None)
     assert incident.worst_status == Status.ERR
-    overview = oncall.get(reverse("overview")).content.decode()
+    overview = vera_client.get(reverse("overview")).content.decode()
     assert 'id="open-incidents"' in overview and s.topic in overview
-    api = {p["id"]: p for p in oncall.get(reverse("api_pipelines")).json()["pipelines"]}
+    api = {p["id"]: p for p in vera_client.get(reverse("api_pipelines")).json()["pipelines"]}
     assert api[pipeline.pk]["status"] == "ERR" and api[pipeline.pk]["total_lag"] == 6
 
     save(s, "etl", now_ms(), {0: 10})  # the job is back and caught up
@@ -51,10 +44,10 @@ def test_a_stopped_pipeline_with_waiting_messages_opens_an_incident_that_recover
     incident.refresh_from_db()
     assert evaluation.status == Status.OK and evaluation.total_lag == 0
     assert incident.closed_at is not None
-    assert "caught up" in oncall.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
+    assert "caught up" in vera_client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
 
 
-def test_low_out_of_range_is_explained_in_words(oncall, stack, unique_name):
+def test_low_out_of_range_is_explained_in_words(vera_client, stack, unique_name):
     """Tansu cannot move a low watermark, so the watermarks enter at the service seam."""
     s = hbase_store_setup(stack, unique_name, partitions=2)
     save(s, "etl", now_ms(), {0: 1_000, 1: 50})
@@ -66,11 +59,11 @@ def test_low_out_of_range_is_explained_in_words(oncall, stack, unique_name):
     evaluation = PipelineEvaluation.objects.get(pipeline=pipeline)
     assert evaluation.status == Status.ERR
     assert evaluation.reasons[0].startswith("partition 0: 1,234 messages were deleted by retention before being processed")
-    html = oncall.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
+    html = vera_client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
     assert "low out-of-range: 1,234 messages deleted before being processed" in html
 
 
-def test_offsets_of_one_job_in_two_stores_are_compared_and_drift_flagged(oncall, stack, unique_name):
+def test_offsets_of_one_job_in_two_stores_are_compared_and_drift_flagged(vera_client, stack, unique_name):
     """The job keeps HBase rows and also commits to its Kafka group; the commit fell behind."""
     from streamoffsets.stores.registry import open_store
     from streamoffsets.types import BatchOffsets
@@ -87,10 +80,10 @@ def test_offsets_of_one_job_in_two_stores_are_compared_and_drift_flagged(oncall,
     assert evaluation.status == Status.WARN
     assert f"offsets differ between store {s.store.name} and store {groups.name}: partition 1: 10 vs 6" in evaluation.reasons
     pipeline = Pipeline.objects.get(store=s.store, group=group)
-    assert "offsets differ between" in oncall.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
+    assert "offsets differ between" in vera_client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
 
 
-def test_lag_in_seconds_comes_from_the_timestamp_of_the_record_at_the_committed_offset(oncall, stack, unique_name):
+def test_lag_in_seconds_comes_from_the_timestamp_of_the_record_at_the_committed_offset(vera_client, stack, unique_name):
     """The broker returns each record's timestamp: the next unprocessed record (offset 3 of
     partition 0) was written an hour ago, so the job is an hour behind, whatever the sampling."""
     from confluent_kafka import Producer
@@ -114,12 +107,12 @@ def test_lag_in_seconds_comes_from_the_timestamp_of_the_record_at_the_committed_
     assert abs(rows[0]["lag_seconds"] - expected) < 15
     assert rows[1]["lag_seconds"] == 0 and rows[1]["lag_method"] == "caught up"
     assert e.lag_seconds == rows[0]["lag_seconds"] and e.lag_seconds_method == "record timestamp"
-    page = oncall.get(reverse("pipeline", args=[e.pipeline_id])).content.decode()
+    page = vera_client.get(reverse("pipeline", args=[e.pipeline_id])).content.decode()
     assert "record timestamp" in page
 
 
 def test_without_record_timestamps_lag_in_seconds_is_unknown_until_there_are_samples_never_zero(
-    settings, oncall, stack, unique_name
+    settings, vera_client, stack, unique_name
 ):
     settings.RECORD_TIMESTAMP_PARTITIONS = 0  # the bound: no record read at all
     s = hbase_store_setup(stack, unique_name, partitions=1, records=5)

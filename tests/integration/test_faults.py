@@ -217,17 +217,15 @@ def test_tasks_keep_polling_while_redis_is_down(private, unique_name, settings):
     assert Batch.objects.filter(pipeline__store=stores["zookeeper"], pipeline__topic=topic).count() == 1
 
 
-def test_with_redis_stopped_the_broker_is_named_down(private, client, settings, collectors_ticking):
+def test_with_redis_stopped_the_broker_is_named_down(private, client, settings, collectors_ticking, vera):
     """Issue #11, observation 4: with Redis (the broker) gone no poll runs, yet
     /api/v1/collectors said every source was healthy. The private Redis is stopped here."""
     from django.urls import reverse
 
-    from dashboard.accounts.roles import VIEWER
-    from tests.factories import person
 
     stack, comps = private
     settings.REDIS_URL = f"redis://{LOOPBACK}:{stack.ports.redis}/0"
-    client.force_login(person("vera", VIEWER, password="correct horse battery"))
+    client.force_login(vera)
     source_health_record(source="store:904", label="store s", started_at=collectors_ticking.last_success_at,
                                   duration_ms=5)
     assert client.get(reverse("api_collectors")).json()["healthy"] is True

@@ -14,30 +14,30 @@ from django.test import Client
 from django.urls import reverse
 
 from collectors.cycle import SourceFailed, poll_store
-from dashboard.accounts.roles import VIEWER
 from dashboard.models import AuditEvent, Pipeline, Store
 from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
-from tests.factories import hbase_store_setup, offline_pipeline, person, save
+from tests.actors import actor, passphrase
+from tests.factories import hbase_store_setup, offline_pipeline, save
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SECRET = "S3cretPw0rd"
 
 
-def _viewer_client(name="vera"):
+def _viewer_client(viewer):
     client = Client()
-    client.force_login(person(name, VIEWER))
+    client.force_login(viewer)
     return client
 
 
-def test_obs1_store_credentials_reach_no_viewer_output(unique_name):
+def test_obs1_store_credentials_reach_no_viewer_output(unique_name, vera):
     cluster = cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers="127.0.0.1:1")
     store = store_get_or_create(name=unique_name("zk"), kind="zookeeper",
                                          url=f"zk://ops:{SECRET}@127.0.0.1:1/chroot", cluster=cluster)
     pipeline = offline_pipeline(unique_name, store=store, partitions={0: (0, 10)}, batches=[(1_000, {0: 5})])
     with pytest.raises(SourceFailed):
         poll_store(store.pk, timeout_s=0.5)  # a failing poll: its error text is shown too
-    client = _viewer_client()
+    client = _viewer_client(vera)
     for url in ["/", "/collectors/", reverse("pipeline", args=[pipeline.pk]), "/api/v1/collectors",
                 f"/api/v1/pipelines/{pipeline.pk}", "/api/v1/pipelines", "/metrics"]:
         body = client.get(url).content.decode()
@@ -99,33 +99,33 @@ def test_obs3_a_staff_user_granting_himself_a_permission_is_audited():
                AuditEvent.objects.order_by("pk")[before:])
 
 
-def test_obs4_a_custom_range_has_a_maximum_span(unique_name):
+def test_obs4_a_custom_range_has_a_maximum_span(unique_name, vera):
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 10)}, batches=[(1_000, {0: 5})])
-    client = _viewer_client()
+    client = _viewer_client(vera)
     response = client.get(reverse("pipeline_lag_chart", args=[pipeline.pk]),
                           {"from": "2020-01-01T00:00Z", "to": "2026-01-01T00:00Z", "by": "partition"})
     assert response.status_code == 400
 
 
 def test_obs5_login_is_throttled():
-    person("lena", VIEWER, password="right-password-1")
+    actor("vera", can_log_in=True)
     client = Client()
     for _ in range(10):
-        client.post(reverse("login"), {"username": "lena", "password": "wrong"})
-    response = client.post(reverse("login"), {"username": "lena", "password": "right-password-1"})
+        client.post(reverse("login"), {"username": "vera", "password": "wrong"})
+    response = client.post(reverse("login"), {"username": "vera", "password": passphrase("vera")})
     assert response.status_code == 429 and "_auth_user_id" not in client.session
 
 
 @pytest.mark.parametrize("path", ["pipeline", "pipeline_lag_chart", "api_lag", "api_batches", "audit"])
 @pytest.mark.parametrize("value", ["0001-01-01T00:00+14:00", "9999-12-31T23:59-14:00"])
-def test_obs6_extreme_times_are_never_a_500(unique_name, path, value):
+def test_obs6_extreme_times_are_never_a_500(unique_name, path, value, vera):
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 10)}, batches=[(1_000, {0: 5})])
     url = {"pipeline": reverse("pipeline", args=[pipeline.pk]),
            "pipeline_lag_chart": reverse("pipeline_lag_chart", args=[pipeline.pk]),
            "api_lag": f"/api/v1/pipelines/{pipeline.pk}/lag", "api_batches": f"/api/v1/pipelines/{pipeline.pk}/batches",
            "audit": "/audit/"}[path]
     client = Client()
-    client.force_login(person("vic", VIEWER))
+    client.force_login(vera)
     for params in ({"from": value}, {"from": value, "unit": "seconds"}, {"to": value}):
         assert client.get(url, params).status_code < 500, (url, params)
 
@@ -143,8 +143,8 @@ def test_obs6_hostile_job_numbers_are_a_400(stack, unique_name, client):
         assert response.status_code == 400 and response["Content-Type"].startswith("application/json"), bad
 
 
-def test_obs7_csp_and_no_store():
-    client = _viewer_client()
+def test_obs7_csp_and_no_store(vera):
+    client = _viewer_client(vera)
     for url in ["/", "/api/v1/pipelines", "/collectors/"]:
         response = client.get(url)
         assert "no-store" in response.get("Cache-Control", ""), url
@@ -161,10 +161,10 @@ def test_obs8_local_store_urls_outside_the_roots_are_refused(unique_name, url):
         store.full_clean()
 
 
-def test_obs9_bidi_characters_are_shown_visibly(unique_name):
+def test_obs9_bidi_characters_are_shown_visibly(unique_name, vera):
     pipeline = offline_pipeline(unique_name, group="rtl\u202egnp.exe", partitions={0: (0, 10)},
                                 batches=[(1_000, {0: 5})])
-    client = _viewer_client()
+    client = _viewer_client(vera)
     for url in ["/", reverse("pipeline", args=[pipeline.pk])]:
         body = client.get(url).content.decode()
         assert "\u202e" not in body and "gnp.exe" in body, url

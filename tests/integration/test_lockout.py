@@ -18,20 +18,20 @@ from django.test import Client
 from django.urls import reverse
 
 from dashboard.accounts.lockout import LOCKED_OUT, UNLOCKED
-from dashboard.accounts.roles import VIEWER
 from dashboard.audit.services import audit_verify
 from dashboard.models import AuditEvent
-from tests.factories import person
+from tests.actors import actor, passphrase
 
 pytestmark = pytest.mark.django_db
 
-PASSWORD = "vera's long passphrase"
+PASSWORD = passphrase("vera")
 HERE, ELSEWHERE = "198.51.100.7", "203.0.113.9"
 
 
 @pytest.fixture
-def vera():
-    return person("vera", VIEWER, password=PASSWORD)
+def vera(db):
+    """The viewer (tests/actors.py), with a password: these tests log in through the form."""
+    return actor("vera", can_log_in=True)
 
 
 def log_in(username: str, password: str, *, address: str = HERE, path: str = "/login/", **headers):
@@ -74,11 +74,11 @@ def test_fewer_failures_than_the_limit_then_the_right_password_logs_in_and_forge
 
 
 def test_the_same_user_from_another_address_and_another_user_from_the_same_address_still_log_in(vera):
-    person("otto", VIEWER, password="otto's long passphrase")
+    actor("otto", can_log_in=True)
     fail(5)
     client, response = log_in("vera", PASSWORD, address=ELSEWHERE)
     assert response.status_code == 302 and logged_in(client)  # an attacker elsewhere cannot lock vera out
-    client, response = log_in("otto", "otto's long passphrase", address=HERE)
+    client, response = log_in("otto", passphrase("otto"), address=HERE)
     assert response.status_code == 302 and logged_in(client)  # one user's typos lock nobody else behind a NAT
     assert log_in("vera", PASSWORD, address=HERE)[1].status_code == 429  # the locked pair stays locked
 

@@ -19,7 +19,7 @@ from dashboard.tasks import notify_deliver
 
 SUMMARY = {
     "id": 42, "pipeline": 7, "topic": "orders", "group": "billing", "store": "prod-hbase", "status": "requested",
-    "requested_by": "bob", "approved_by": None, "reason": "replay after the parser fix",
+    "requested_by": "olga", "approved_by": None, "reason": "replay after the parser fix",
     "ticket_url": "https://tickets.example.com/OPS-12", "target": {"kind": "time", "at": "2026-11-22T10:00:00+00:00"},
     "before": {"0": 120, "1": 300, "10": 5}, "after": {"0": 40, "1": 290, "10": 5},
     "url": "https://offsetwatch.example.com/rewinds/42",
@@ -144,19 +144,19 @@ def webhook_only(settings):
 
 
 def test_the_message_names_pipeline_rewind_people_reason_target_and_offsets():
-    message = notify.rewind_message(event="rewind.approved", rewind_summary={**SUMMARY, "approved_by": "carol"})
+    message = notify.rewind_message(event="rewind.approved", rewind_summary={**SUMMARY, "approved_by": "amir"})
     assert message["event"] == "approved"
     assert message["title"] == "[Offset Watch] rewind 42 approved: orders / billing (prod-hbase)"
     text = message["text"]
     for line in ("Rewind 42 approved: orders / billing (prod-hbase)",
                  "pipeline: topic orders, group billing, store prod-hbase (pipeline 7)",
-                 "requested by: bob", "approved by: carol", "reason: replay after the parser fix",
+                 "requested by: olga", "approved by: amir", "reason: replay after the parser fix",
                  "ticket: https://tickets.example.com/OPS-12",
                  'target: {"at": "2026-11-22T10:00:00+00:00", "kind": "time"}',
                  "  p0: 120 → 40", "  p1: 300 → 290", "  p10: 5 → 5", "https://offsetwatch.example.com/rewinds/42"):
         assert line + "\n" in text, line
     assert text.index("p1:") < text.index("p10:")  # partitions in numeric order
-    assert message["rewind"] == {**SUMMARY, "approved_by": "carol"}
+    assert message["rewind"] == {**SUMMARY, "approved_by": "amir"}
 
 
 def test_the_webhook_receives_the_message_as_json(webhook_only):
@@ -169,7 +169,7 @@ def test_the_webhook_receives_the_message_as_json(webhook_only):
     assert request["headers"]["Content-Type"] == "application/json; charset=utf-8"
     sent = json.loads(request["body"])
     assert sent["event"] == "requested" and sent["rewind"]["before"] == {"0": 120, "1": 300, "10": 5}
-    assert sent["rewind"]["requested_by"] == "bob" and "p0: 120 → 40" in sent["text"]
+    assert sent["rewind"]["requested_by"] == "olga" and "p0: 120 → 40" in sent["text"]
 
 
 def test_transient_failures_are_retried_by_the_task_until_delivered(webhook_only):
@@ -232,7 +232,7 @@ def test_email_goes_to_every_address_through_a_real_smtp_server(settings):
     assert mail["Subject"] == "[Offset Watch] rewind 42 requested: orders / billing (prod-hbase)"
     assert mail["From"] == "offsetwatch@example.com"
     body = mail.get_content()
-    assert "requested by: bob" in body and "  p1: 300 → 290" in body
+    assert "requested by: olga" in body and "  p1: 300 → 290" in body
 
 
 @pytest.mark.parametrize("reply,error", [(b"451 try again later", notify.TransientDeliveryError),

@@ -11,26 +11,24 @@ from django.urls import reverse
 from kazoo.client import KazooClient
 
 from collectors.cycle import collect_once
-from dashboard.accounts.roles import VIEWER
 from dashboard.models import Incident, Pipeline, PipelineEvaluation
 from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
 from reference_job.producer import ensure_topic, produce
 from streamoffsets.evaluation import Status
-from tests.factories import person
 
 pytestmark = pytest.mark.django_db
 
 CYCLE_S = 0.4  # the consumer commits, then a collection cycle runs, every ~CYCLE_S + its own time
 
 
-def test_stuck_partitions_are_stalled_then_stopped_while_the_control_partition_advances(client, stack, unique_name):
+def test_stuck_partitions_are_stalled_then_stopped_while_the_control_partition_advances(client, stack, unique_name, vera):
     topic, group = unique_name("orders"), unique_name("spout")
     ensure_topic(stack.kafka_bootstrap, topic, 4)
     produce(stack.kafka_bootstrap, topic, 4, 400)  # 100 per partition: every partition lags throughout
     cluster = cluster_get_or_create(name=unique_name("c"), bootstrap_servers=stack.kafka_bootstrap)
     store_get_or_create(name=unique_name("zk"), kind="zookeeper", url=f"zk://{stack.zookeeper_hosts}",
                                  cluster=cluster)
-    client.force_login(person("dana", VIEWER))
+    client.force_login(vera)
     zk = KazooClient(hosts=stack.zookeeper_hosts, timeout=5)
     zk.start(timeout=5)
     base = f"/consumers/{group}/offsets/{topic}"

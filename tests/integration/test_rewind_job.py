@@ -21,7 +21,6 @@ import pytest
 from django.db import connections
 
 from collectors.cycle import collect_once, poll_store
-from dashboard.accounts.roles import APPROVER, OPERATOR
 from dashboard.accounts.tokens import pipeline_token_issue
 from dashboard.audit.services import audit_verify
 from dashboard.models import AuditEvent, Pipeline, RewindRequest
@@ -37,7 +36,7 @@ from streamoffsets.stores.checkpoint import ASIDE_MARK, START_FILE, CheckpointSt
 from streamoffsets.stores.offsetfile import OffsetFileStore
 from streamoffsets.stores.registry import open_store
 from streamoffsets.types import BatchOffsets, Watermarks
-from tests.factories import approved_replay, person, writable_store_url
+from tests.factories import approved_replay, writable_store_url
 
 STORE_KINDS = ["hbase", "zookeeper", "kafka", "file"]
 # Stores that keep only their current offsets: the collectors' samples are their history, so
@@ -81,7 +80,7 @@ def sample_store(store_id: int):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("kind", STORE_KINDS + ["checkpoint"])
 def test_an_approved_rewind_is_applied_by_the_restarted_job_and_verified(
-    kind, spark, stack, live_server, tmp_path, unique_name,
+    kind, spark, stack, live_server, tmp_path, unique_name, olga, amir,
 ):
     topic = unique_name("replay")
     ensure_topic(stack.kafka_bootstrap, topic, PARTITIONS)
@@ -110,7 +109,6 @@ def test_an_approved_rewind_is_applied_by_the_restarted_job_and_verified(
     assert seen == [{"0": n, "1": n} for n in (5, 10, 15, 20)]  # one batch per 5 records a partition
     k = pipeline.batches.filter(offsets={"0": 10, "1": 10}).order_by("batch_time_ms").first()  # batch K: the second
 
-    olga, amir = person("olga", OPERATOR), person("amir", APPROVER)
     rewind = rewind_request(pipeline=pipeline, user=olga, kind="batch", spec={"batch_time_ms": k.batch_time_ms},
                             reason="bad deploy between batches 2 and 4: replay them")
     rewind = rewind_decide(rewind=rewind, user=amir, approve=True, comment="ok")

@@ -19,7 +19,6 @@ from django.db import connection
 from django.utils import timezone
 
 from collectors.cycle import collect_once
-from dashboard.accounts.roles import APPROVER, OPERATOR
 from dashboard.accounts.tokens import pipeline_token_issue
 from dashboard.audit.services import audit_verify
 from dashboard.models import AuditEvent, RewindRequest
@@ -30,7 +29,7 @@ from streamoffsets.kafka import KafkaWatermarkReader
 from streamoffsets.restart import StartRefused, restart
 from streamoffsets.stores.offsetfile import OffsetFileStore
 from streamoffsets.types import BatchOffsets
-from tests.factories import approved_replay, offline_pipeline, person
+from tests.factories import approved_replay, offline_pipeline
 
 T0 = 1_700_000_000_000
 pytestmark = pytest.mark.django_db(transaction=True)  # the live server's threads must see the rows
@@ -161,14 +160,13 @@ def test_a_rewind_whose_applied_report_is_lost_is_verified_from_its_marker(repla
 
 
 @pytest.fixture
-def claimed(unique_name):
+def claimed(unique_name, olga, amir):
     """Payments: batches {10, 10} then {30, 20} then {60, 50}; a rewind to the second one, approved;
     the job's API client (the pipeline's token); `claim(instance)` posts a claim."""
     from django.test import Client
 
     p = offline_pipeline(unique_name, partitions={0: (5, 100), 1: (0, 80)},
                          batches=[(T0, {0: 10, 1: 10}), (T0 + 10_000, {0: 30, 1: 20}), (T0 + 20_000, {0: 60, 1: 50})])
-    olga, amir = person("olga", OPERATOR), person("amir", APPROVER)
     r = rewind_request(pipeline=p, user=olga, kind="batch", spec={"batch_time_ms": T0 + 10_000}, reason="bad deploy")
     r = rewind_decide(rewind=r, user=amir, approve=True)
     job = Client(HTTP_AUTHORIZATION=f"Bearer {pipeline_token_issue(pipeline=p, name='job')[1]}")

@@ -10,7 +10,6 @@ from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
-from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
 from dashboard.accounts.tokens import pipeline_token_issue, pipeline_token_revoke
 from dashboard.audit.services import audit_verify
 from dashboard.models import AuditEvent, RewindRequest
@@ -26,16 +25,10 @@ from dashboard.rewinds.services import (
 )
 from streamoffsets.stores.reading import StoreReading
 from streamoffsets.types import BatchOffsets, PipelineKey
-from tests.factories import offline_pipeline, person
+from tests.factories import offline_pipeline
 
 pytestmark = pytest.mark.django_db
 T0 = 1_700_000_000_000
-
-
-@pytest.fixture
-def actors():
-    return {"olga": person("olga", OPERATOR), "amir": person("amir", APPROVER), "vera": person("vera", VIEWER),
-            "otto": person("otto", OPERATOR)}
 
 
 @pytest.fixture
@@ -61,8 +54,8 @@ def record_batch(pipeline, ms, offsets):
         pipelines=[key], batches={key: [BatchOffsets(pipeline.topic, pipeline.group, ms, offsets)]}))
 
 
-def test_request_shows_the_preview_and_is_audited(payments, actors):
-    r = request(payments, actors["olga"], ticket_url="https://tickets.example/INC-42")
+def test_request_shows_the_preview_and_is_audited(payments, olga):
+    r = request(payments, olga, ticket_url="https://tickets.example/INC-42")
     assert r.status == "requested" and r.target_offsets == {"0": 30, "1": 20} and r.before_offsets == {"0": 60, "1": 50}
     assert r.preview["reprocess"] == 60  # 30 + 30 messages read again
     assert [row["reprocess"] for row in r.preview["rows"]] == [30, 30]
@@ -72,49 +65,48 @@ def test_request_shows_the_preview_and_is_audited(payments, actors):
     assert event.details["reason"] == "bad deploy wrote garbage"
 
 
-def test_who_may_request_and_what_is_refused(payments, actors):
+def test_who_may_request_and_what_is_refused(payments, vera, olga):
     with pytest.raises(RewindRefused, match="needs the operator role") as e:
-        request(payments, actors["vera"])
+        request(payments, vera)
     assert e.value.status == 403
     with pytest.raises(RewindRefused, match="a reason is required"):
-        request(payments, actors["olga"], reason="  ")
+        request(payments, olga, reason="  ")
     with pytest.raises(RewindRefused, match="partition 0: target 2 is below the low watermark 5: the 3 messages"):
-        request(payments, actors["olga"], kind="offsets", spec={"offsets": {"0": 2}})
+        request(payments, olga, kind="offsets", spec={"offsets": {"0": 2}})
     with pytest.raises(RewindRefused, match="partition 1: target 81 is above the high watermark 80"):
-        request(payments, actors["olga"], kind="shift", spec={"shift": 31})
+        request(payments, olga, kind="shift", spec={"shift": 31})
     with pytest.raises(RewindRefused, match="no batch of this pipeline at or before"):
-        request(payments, actors["olga"], kind="time", spec={"time_ms": T0 - 1})
+        request(payments, olga, kind="time", spec={"time_ms": T0 - 1})
     assert not RewindRequest.objects.exists() and not rewind_events()  # nothing half-done
 
 
-def test_one_open_rewind_per_pipeline(payments, actors):
-    first = request(payments, actors["olga"])
+def test_one_open_rewind_per_pipeline(payments, olga, otto):
+    first = request(payments, olga)
     with pytest.raises(RewindRefused, match=f"already has an open rewind \\(#{first.pk}, requested\\)") as e:
-        request(payments, actors["otto"], kind="earliest", spec={})
+        request(payments, otto, kind="earliest", spec={})
     assert e.value.status == 409
-    rewind_cancel(rewind=first, user=actors["olga"])
-    assert request(payments, actors["otto"], kind="earliest", spec={}).target_offsets == {"0": 5, "1": 0}
+    rewind_cancel(rewind=first, user=olga)
+    assert request(payments, otto, kind="earliest", spec={}).target_offsets == {"0": 5, "1": 0}
 
 
-def test_approval_needs_another_person_with_the_role(payments, actors):
-    r = request(payments, actors["olga"])
-    for user, message in ((actors["olga"], "needs the approver role"), (actors["vera"], "needs the approver role")):
+def test_approval_needs_another_person_with_the_role(payments, olga, vera, sam, amir):
+    r = request(payments, olga)
+    for user, message in ((olga, "needs the approver role"), (vera, "needs the approver role")):
         with pytest.raises(RewindRefused, match=message):
             rewind_decide(rewind=r, user=user, approve=True)
-    self_approver = person("sam", OPERATOR, APPROVER)
     own = RewindRequest.objects.get(pk=r.pk)
-    rewind_cancel(rewind=own, user=actors["olga"])
-    mine = request(payments, self_approver)
+    rewind_cancel(rewind=own, user=olga)
+    mine = request(payments, sam)
     with pytest.raises(RewindRefused, match="approved by someone other than its requester"):
-        rewind_decide(rewind=mine, user=self_approver, approve=True)
-    approved = rewind_decide(rewind=mine, user=actors["amir"], approve=True, comment="ok, INC-42")
-    assert approved.status == "approved" and approved.decided_by == actors["amir"]
+        rewind_decide(rewind=mine, user=sam, approve=True)
+    approved = rewind_decide(rewind=mine, user=amir, approve=True, comment="ok, INC-42")
+    assert approved.status == "approved" and approved.decided_by == amir
     with pytest.raises(RewindRefused, match="is approved, not awaiting a decision"):
-        rewind_decide(rewind=approved, user=actors["amir"], approve=False)
+        rewind_decide(rewind=approved, user=amir, approve=False)
 
 
-def test_a_target_that_became_invalid_cannot_be_approved(payments, actors):
-    r = request(payments, actors["olga"])
+def test_a_target_that_became_invalid_cannot_be_approved(payments, olga, amir):
+    r = request(payments, olga)
     # Retention moved the low watermark of partition 0 past the target since the request.
     from streamoffsets.kafka import WatermarkResult
     from streamoffsets.types import Watermarks
@@ -122,18 +114,18 @@ def test_a_target_that_became_invalid_cannot_be_approved(payments, actors):
     watermarks_record(cluster=payments.store.cluster, sampled_at=timezone.now(), result=WatermarkResult(
         by_topic={payments.topic: {0: Watermarks(0, 40, 120), 1: Watermarks(1, 0, 90)}}))
     with pytest.raises(RewindRefused, match="no longer valid: partition 0: target 30 is below the low watermark 40"):
-        rewind_decide(rewind=r, user=actors["amir"], approve=True)
+        rewind_decide(rewind=r, user=amir, approve=True)
 
 
-def test_requests_and_approvals_expire(payments, actors, settings):
-    r = request(payments, actors["olga"])
+def test_requests_and_approvals_expire(payments, olga, amir, settings):
+    r = request(payments, olga)
     rewinds_expire(now=timezone.now() + timedelta(seconds=settings.REWIND_APPROVAL_TTL_S + 1))
     r.refresh_from_db()
     assert r.status == "expired" and r.outcome == "not approved in time"
     with pytest.raises(RewindRefused, match="is expired, not awaiting a decision"):
-        rewind_decide(rewind=r, user=actors["amir"], approve=True)
-    r2 = request(payments, actors["olga"])
-    rewind_decide(rewind=r2, user=actors["amir"], approve=True)
+        rewind_decide(rewind=r, user=amir, approve=True)
+    r2 = request(payments, olga)
+    rewind_decide(rewind=r2, user=amir, approve=True)
     rewinds_expire(now=timezone.now() + timedelta(seconds=settings.REWIND_CLAIM_TTL_S + 1))
     r2.refresh_from_db()
     assert r2.status == "expired" and r2.outcome == "no job claimed it in time"
@@ -149,13 +141,13 @@ def job_client(pipeline):
     return Client(HTTP_AUTHORIZATION=f"Bearer {token}")
 
 
-def approved(payments, actors):
-    r = request(payments, actors["olga"])
-    return rewind_decide(rewind=r, user=actors["amir"], approve=True)
+def approved(payments, olga, amir):
+    r = request(payments, olga)
+    return rewind_decide(rewind=r, user=amir, approve=True)
 
 
-def test_the_job_finds_claims_applies_and_the_collectors_verify(payments, actors):
-    r = approved(payments, actors)
+def test_the_job_finds_claims_applies_and_the_collectors_verify(payments, olga, amir):
+    r = approved(payments, olga, amir)
     job = job_client(payments)
     pending = job.get("/api/v1/rewinds/pending").json()["rewind"]
     assert pending["id"] == r.pk and pending["target_offsets"] == {"0": 30, "1": 20}
@@ -177,8 +169,8 @@ def test_the_job_finds_claims_applies_and_the_collectors_verify(payments, actors
     assert audit_verify().ok
 
 
-def test_a_marker_that_differs_from_the_target_fails_with_the_difference(payments, actors):
-    r = approved(payments, actors)
+def test_a_marker_that_differs_from_the_target_fails_with_the_difference(payments, olga, amir):
+    r = approved(payments, olga, amir)
     job = job_client(payments)
     job.post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "a"}, content_type="application/json")
     job.post(f"/api/v1/rewinds/{r.pk}/applied", {"instance": "a", "offsets": {"0": 30, "1": 20}, "marker_batch_ms": T0 + 60_000},
@@ -189,8 +181,8 @@ def test_a_marker_that_differs_from_the_target_fails_with_the_difference(payment
     assert r.status == "failed" and "partition 1: 50 instead of 20" in r.outcome
 
 
-def test_starting_elsewhere_than_the_target_fails_at_once(payments, actors):
-    r = approved(payments, actors)
+def test_starting_elsewhere_than_the_target_fails_at_once(payments, olga, amir):
+    r = approved(payments, olga, amir)
     job = job_client(payments)
     job.post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "a"}, content_type="application/json")
     body = job.post(f"/api/v1/rewinds/{r.pk}/applied", {"instance": "a", "offsets": {"0": 31, "1": 20}},
@@ -198,8 +190,8 @@ def test_starting_elsewhere_than_the_target_fails_at_once(payments, actors):
     assert body["status"] == "failed" and "partition 0: 31 instead of 30" in body["outcome"]
 
 
-def test_forged_revoked_and_foreign_tokens_are_refused(payments, actors, unique_name):
-    r = approved(payments, actors)
+def test_forged_revoked_and_foreign_tokens_are_refused(payments, olga, amir, unique_name):
+    r = approved(payments, olga, amir)
     forged = Client(HTTP_AUTHORIZATION="Bearer owp_not-a-real-token")
     assert forged.get("/api/v1/rewinds/pending").status_code == 401
     token_row, plain = pipeline_token_issue(pipeline=payments, name="old")
@@ -214,15 +206,15 @@ def test_forged_revoked_and_foreign_tokens_are_refused(payments, actors, unique_
     assert r.status == "approved"
 
 
-def test_an_expired_approval_cannot_be_claimed(payments, actors):
-    r = approved(payments, actors)
+def test_an_expired_approval_cannot_be_claimed(payments, olga, amir):
+    r = approved(payments, olga, amir)
     RewindRequest.objects.filter(pk=r.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     response = job_client(payments).post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "a"}, content_type="application/json")
     assert response.status_code == 409 and "its approval expired" in response.json()["error"]
 
 
-def test_the_jobs_api_refuses_bad_bodies_with_clear_errors(payments, actors):
-    r = approved(payments, actors)
+def test_the_jobs_api_refuses_bad_bodies_with_clear_errors(payments, olga, amir):
+    r = approved(payments, olga, amir)
     job = job_client(payments)
     assert "instance" in job.post(f"/api/v1/rewinds/{r.pk}/claim", {}, content_type="application/json").json()["error"]
     assert job.post(f"/api/v1/rewinds/{r.pk}/claim", "not json", content_type="application/json").status_code == 400
@@ -235,8 +227,7 @@ def test_the_jobs_api_refuses_bad_bodies_with_clear_errors(payments, actors):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_many_simultaneous_claims_one_winner(unique_name):
-    olga, amir = person("olga", OPERATOR), person("amir", APPROVER)
+def test_many_simultaneous_claims_one_winner(unique_name, olga, amir):
     p = offline_pipeline(unique_name, partitions={0: (0, 100)}, batches=[(T0, {0: 10}), (T0 + 10_000, {0: 50})])
     r = rewind_decide(rewind=rewind_request(pipeline=p, user=olga, kind="earliest", spec={}, reason="replay"),
                       user=amir, approve=True)
@@ -263,7 +254,7 @@ def test_many_simultaneous_claims_one_winner(unique_name):
     assert AuditEvent.objects.filter(action="rewind.claimed").count() == 1
 
 
-def test_write_into_the_store_only_while_the_job_is_stopped(stack, unique_name, actors):
+def test_write_into_the_store_only_while_the_job_is_stopped(stack, unique_name, olga, amir):
     """Store mode against the real HBase stand-in: refused while batches come, then written,
     then verified from the row the collectors read."""
     import time
@@ -279,14 +270,14 @@ def test_write_into_the_store_only_while_the_job_is_stopped(stack, unique_name, 
     from dashboard.models import Pipeline
 
     pipeline = Pipeline.objects.get(store=s.store)
-    r = rewind_request(pipeline=pipeline, user=actors["olga"], kind="earliest", spec={}, reason="replay all",
+    r = rewind_request(pipeline=pipeline, user=olga, kind="earliest", spec={}, reason="replay all",
                        mode="store")
-    r = rewind_decide(rewind=r, user=actors["amir"], approve=True)
+    r = rewind_decide(rewind=r, user=amir, approve=True)
     with pytest.raises(RewindRefused, match="not observed stopped .*its last batch was"):
-        rewind_write_to_store(rewind=r, user=actors["olga"])
+        rewind_write_to_store(rewind=r, user=olga)
     # The job stops: its last batch is now older than the stop threshold.
     Pipeline.objects.filter(pk=pipeline.pk).update(last_batch_ms=now - 600_000)
-    r = rewind_write_to_store(rewind=r, user=actors["olga"])
+    r = rewind_write_to_store(rewind=r, user=olga)
     assert r.status == "applied"
     assert s.hbase.load_latest(s.topic, "etl").offsets == {0: 0, 1: 0}  # the row the job will start from
     collect_once()
@@ -295,7 +286,7 @@ def test_write_into_the_store_only_while_the_job_is_stopped(stack, unique_name, 
     assert audit_verify().ok
 
 
-def test_request_and_approval_notify_with_before_and_after(payments, actors, django_capture_on_commit_callbacks, settings):
+def test_request_and_approval_notify_with_before_and_after(payments, olga, amir, django_capture_on_commit_callbacks, settings):
     """A delivery is queued after each commit; the summary carries the offsets and the people."""
     from dashboard.notifications import services as notify
     from dashboard.rewinds.services import rewind_summary
@@ -303,8 +294,8 @@ def test_request_and_approval_notify_with_before_and_after(payments, actors, dja
     settings.NOTIFY_WEBHOOK_URL = "http://127.0.0.1:9/hook"
     settings.PUBLIC_URL = "https://offsetwatch.example.com"
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        r = request(payments, actors["olga"])
-        rewind_decide(rewind=r, user=actors["amir"], approve=True)
+        r = request(payments, olga)
+        rewind_decide(rewind=r, user=amir, approve=True)
     assert len(callbacks) == 2  # requested, approved: one webhook delivery each, after commit
     summary = rewind_summary(RewindRequest.objects.get(pk=r.pk))
     assert summary["before"] == {"0": 60, "1": 50} and summary["after"] == {"0": 30, "1": 20}
@@ -314,7 +305,7 @@ def test_request_and_approval_notify_with_before_and_after(payments, actors, dja
     assert "amir" in text and "bad deploy wrote garbage" in text
 
 
-def test_a_point_in_time_from_the_broker_s_index(payments, actors, monkeypatch):
+def test_a_point_in_time_from_the_broker_s_index(payments, olga, monkeypatch):
     """Tansu answers every timestamp lookup with 0, so the broker's answer enters at its seam here;
     tests/integration/test_restart_kafka.py checks the lookup itself on a full Kafka (KAFKA_BOOTSTRAP)."""
     from dashboard.rewinds import services as rewinds
@@ -326,7 +317,7 @@ def test_a_point_in_time_from_the_broker_s_index(payments, actors, monkeypatch):
         return {0: 42, 1: 17}
 
     monkeypatch.setattr(rewinds, "broker_offsets_for_time", broker)
-    r = request(payments, actors["olga"], kind="time", spec={"time_ms": T0 + 5_000, "source": "broker"})
+    r = request(payments, olga, kind="time", spec={"time_ms": T0 + 5_000, "source": "broker"})
     assert asked == [(payments.pk, T0 + 5_000)]
     assert r.target_offsets == {"0": 42, "1": 17}
     assert r.target_text == "the first records at or after 2023-11-14 22:13:25.000 UTC (broker's timestamp index)"
@@ -345,8 +336,8 @@ def test_the_broker_timestamp_lookup_runs_against_the_real_broker(stack, unique_
     assert set(answer) == {0, 1} and all(0 <= o <= 5 for o in answer.values())
 
 
-def test_a_claim_never_applied_fails_after_the_timeout(payments, actors, settings):
-    r = approved(payments, actors)
+def test_a_claim_never_applied_fails_after_the_timeout(payments, olga, amir, settings):
+    r = approved(payments, olga, amir)
     job_client(payments).post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "host-a:1"}, content_type="application/json")
     rewinds_expire(now=timezone.now() + timedelta(seconds=settings.REWIND_VERIFY_TIMEOUT_S + 1))
     r.refresh_from_db()
@@ -354,7 +345,7 @@ def test_a_claim_never_applied_fails_after_the_timeout(payments, actors, setting
     assert "no `applied` report and no batch at the target (the job's marker) seen in the store within 1 h" in r.outcome
 
 
-def test_a_store_without_history_keeps_the_sample_that_verifies_even_if_unchanged(unique_name, actors):
+def test_a_store_without_history_keeps_the_sample_that_verifies_even_if_unchanged(unique_name, olga, amir):
     """Offsets files, ZooKeeper and Kafka groups are sampled: a sample equal to the previous one and
     not written since is dropped, except the first after an applied rewind's marker (the replay
     ended where it was)."""
@@ -362,8 +353,8 @@ def test_a_store_without_history_keeps_the_sample_that_verifies_even_if_unchange
 
     p = offline_pipeline(unique_name, partitions={0: (0, 100)}, batches=[(T0, {0: 10}), (T0 + 10_000, {0: 50})])
     Store.objects.filter(pk=p.store_id).update(kind="file", url="file:///nonexistent")
-    r = rewind_decide(rewind=rewind_request(pipeline=p, user=actors["olga"], kind="batch",
-                                            spec={"batch_time_ms": T0}, reason="replay"), user=actors["amir"], approve=True)
+    r = rewind_decide(rewind=rewind_request(pipeline=p, user=olga, kind="batch",
+                                            spec={"batch_time_ms": T0}, reason="replay"), user=amir, approve=True)
     job = job_client(p)
     job.post(f"/api/v1/rewinds/{r.pk}/claim", {"instance": "a"}, content_type="application/json")
     job.post(f"/api/v1/rewinds/{r.pk}/applied", {"instance": "a", "offsets": {"0": 10}, "marker_batch_ms": T0 + 20_000},

@@ -13,7 +13,7 @@ from django.test import RequestFactory
 from django.urls import reverse
 
 from dashboard.accounts.roles import APPROVER, OPERATOR, ROLES, VIEWER, role_required, user_has_role
-from tests.factories import offline_pipeline, person
+from tests.factories import offline_pipeline
 
 pytestmark = pytest.mark.django_db
 
@@ -23,16 +23,11 @@ def body(response) -> dict:
 
 
 @pytest.fixture
-def actors():
-    """alice reads, bob may request rewinds, carol may approve, dave has an account and no role."""
+def everyone(vera, olga, amir, dave):
+    """vera reads, olga may request rewinds, amir may approve, dave has an account and no role, root
+    is a superuser; by user name."""
     root = User.objects.create_superuser("root", password=None)
-    return {
-        "alice_viewer": person("alice_viewer", VIEWER),
-        "bob_operator": person("bob_operator", OPERATOR),
-        "carol_approver": person("carol_approver", APPROVER),
-        "dave_norole": person("dave_norole"),
-        "root": root,
-    }
+    return {user.username: user for user in (vera, olga, amir, dave, root)}
 
 
 def test_the_migration_created_one_group_per_role():
@@ -40,25 +35,24 @@ def test_the_migration_created_one_group_per_role():
 
 
 @pytest.mark.parametrize("who,viewer,operator,approver", [
-    ("alice_viewer", True, False, False),
-    ("bob_operator", True, True, False),     # operator implies viewer
-    ("carol_approver", True, False, True),   # approver implies viewer, not operator
-    ("dave_norole", False, False, False),
-    ("root", True, True, True),              # superusers have every role
+    ("vera", True, False, False),
+    ("olga", True, True, False),     # operator implies viewer
+    ("amir", True, False, True),     # approver implies viewer, not operator
+    ("dave", False, False, False),
+    ("root", True, True, True),      # superusers have every role
 ])
-def test_roles_and_what_they_imply(actors, who, viewer, operator, approver):
+def test_roles_and_what_they_imply(everyone, who, viewer, operator, approver):
     user = User.objects.get(username=who)  # fresh object: nothing cached
     assert (user_has_role(user, VIEWER), user_has_role(user, OPERATOR), user_has_role(user, APPROVER)) == (
         viewer, operator, approver)
 
 
-def test_inactive_users_and_unknown_roles(actors):
-    carol = actors["carol_approver"]
-    carol.is_active = False
-    carol.save()
-    assert not user_has_role(User.objects.get(pk=carol.pk), VIEWER)
+def test_inactive_users_and_unknown_roles(amir):
+    amir.is_active = False
+    amir.save()
+    assert not user_has_role(User.objects.get(pk=amir.pk), VIEWER)
     with pytest.raises(ValueError, match="unknown role 'admin'"):
-        user_has_role(carol, "admin")
+        user_has_role(amir, "admin")
     with pytest.raises(ValueError, match="unknown role 'admin'"):
         role_required("admin")
 
@@ -66,43 +60,43 @@ def test_inactive_users_and_unknown_roles(actors):
 # --- refusals (who may reach which route: the matrix in tests/integration/test_security.py) ---------------
 
 
-def test_a_user_with_no_role_is_told_so_on_every_data_page(client, actors, unique_name):
+def test_a_user_with_no_role_is_told_so_on_every_data_page(client, dave, unique_name):
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 10)}, batches=[(1_700_000_000_000, {0: 4})])
-    client.force_login(actors["dave_norole"])
+    client.force_login(dave)
     for url in (reverse("overview"), reverse("overview_live"), reverse("collectors"),
                 reverse("pipeline", args=[pipeline.pk]), reverse("pipeline_live", args=[pipeline.pk]),
                 reverse("pipeline_status", args=[pipeline.pk]), reverse("pipeline_lag_chart", args=[pipeline.pk])):
         response = client.get(url)
         assert response.status_code == 403, url
         html = response.content.decode()
-        assert "no role assigned to &#x27;dave_norole&#x27;: ask an admin for the viewer role" in html
+        assert "no role assigned to &#x27;dave&#x27;: ask an admin for the viewer role" in html
         assert pipeline.topic not in html  # nothing of the data leaks into the refusal
     response = client.get(reverse("api_pipelines"))
     assert response.status_code == 403 and response.json() == {
-        "error": "no role assigned to 'dave_norole': ask an admin for the viewer role"}
+        "error": "no role assigned to 'dave': ask an admin for the viewer role"}
 
 
-@pytest.mark.parametrize("who", ["alice_viewer", "bob_operator", "carol_approver", "root"])
-def test_every_role_reads_the_pages(client, actors, who, unique_name):
+@pytest.mark.parametrize("who", ["vera", "olga", "amir", "root"])
+def test_every_role_reads_the_pages(client, everyone, who, unique_name):
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 10)}, batches=[(1_700_000_000_000, {0: 4})])
-    client.force_login(actors[who])
+    client.force_login(everyone[who])
     assert pipeline.topic in client.get(reverse("overview")).content.decode()
     assert client.get(reverse("pipeline", args=[pipeline.pk])).status_code == 200
 
 
-def test_a_role_the_user_lacks_is_named(actors):
+def test_a_role_the_user_lacks_is_named(olga, amir):
     @role_required(APPROVER)
     def approve(request):
         return JsonResponse({"approved": True})
 
     rf = RequestFactory()
     request = rf.get("/api/v1/approve")
-    request.user = actors["bob_operator"]
+    request.user = olga
     response = approve(request)
     assert response.status_code == 403
-    assert body(response)["error"] == "this needs the approver role; 'bob_operator' has: operator, viewer"
+    assert body(response)["error"] == "this needs the approver role; 'olga' has: operator, viewer"
     request = rf.get("/api/v1/approve")
-    request.user = actors["carol_approver"]
+    request.user = amir
     assert approve(request).status_code == 200
 
 

@@ -19,7 +19,6 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 
 from collectors import cycle
-from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
 from dashboard.accounts.tokens import api_token_issue, pipeline_token_issue
 from dashboard.models import Cluster, Incident, PipelineEvaluation, SourceHealth, Store
 from dashboard.notifications import services as notify
@@ -28,7 +27,6 @@ from devstack.components import free_port
 from reference_job.producer import ensure_topic, produce
 from streamoffsets.stores.registry import open_store
 from streamoffsets.types import BatchOffsets
-from tests.factories import person
 
 ZK_PASSWORD = "S3cretPw"
 SASL_PASSWORD = "Sasl5ecretQ"
@@ -50,7 +48,7 @@ def _body(response) -> str:
 
 
 @pytest.fixture
-def world(stack, unique_name, settings, db):
+def world(stack, unique_name, settings, olga, amir, prometheus):
     """A ZooKeeper store with credentials and a secret query parameter (polled successfully,
     then failing), a Kafka group store with a password (failing), a cluster polled with its
     real bootstrap list and then with one carrying a password (failing), and a rewind."""
@@ -88,16 +86,16 @@ def world(stack, unique_name, settings, db):
         cycle.poll_cluster(cluster.pk)
 
     pipeline = store.pipelines.get(topic=topic, group=group)
-    rewind = rewinds.rewind_request(pipeline=pipeline, user=person("olga", OPERATOR), kind="shift",
+    rewind = rewinds.rewind_request(pipeline=pipeline, user=olga, kind="shift",
                                     spec={"shift": -2}, reason="replay")
-    rewind = rewinds.rewind_decide(rewind=rewind, user=person("amir", APPROVER), approve=True)
+    rewind = rewinds.rewind_decide(rewind=rewind, user=amir, approve=True)
     token = pipeline_token_issue(pipeline=pipeline, name="job")[1]
-    api_token = api_token_issue(user=person("prom", VIEWER), name="prometheus")[1]
+    api_token = api_token_issue(user=prometheus, name="prometheus")[1]
     return {"store": store, "kafka_store": kafka_store, "cluster": cluster, "pipeline": pipeline, "rewind": rewind,
             "token": token, "api_token": api_token, "zk_url": zk_url}
 
 
-def test_no_output_shows_a_store_or_cluster_secret(world, client, caplog, settings):
+def test_no_output_shows_a_store_or_cluster_secret(world, client, sam, caplog, settings):
     caplog.set_level(logging.DEBUG)
     pipeline, rewind = world["pipeline"], world["rewind"]
     # What the polls recorded is already masked, and still says which store it is.
@@ -117,8 +115,7 @@ def test_no_output_shows_a_store_or_cluster_secret(world, client, caplog, settin
         "cluster": world["cluster"].pk, "enabled": "on"})
     assert response.status_code == 302, _body(response)[:2000]
 
-    viewer = person("vera", VIEWER, OPERATOR, APPROVER)
-    client.force_login(viewer)
+    client.force_login(sam)  # every role: every page
     pid = pipeline.pk
     chart_query = "?range=24h"
     pages = [

@@ -9,7 +9,6 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from dashboard.accounts.roles import VIEWER
 from dashboard.accounts.tokens import pipeline_token_revoke
 from dashboard.models import Pipeline, PipelineToken, StartReport
 from devstack.components import free_port
@@ -17,7 +16,7 @@ from reference_job.job import JobConfig, ReferenceJob
 from streamoffsets.dashboard_client import DashboardClient, DashboardError, report_start_quietly
 from streamoffsets.restart import resolve_start
 from streamoffsets.types import BatchOffsets, Watermarks
-from tests.factories import hbase_store_setup, person, save
+from tests.factories import hbase_store_setup, save
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,14 +39,14 @@ def test_tokens_are_shown_once_and_stored_hashed(pipeline_with_token):
     assert not PipelineToken.objects.filter(token_hash=plain).exists() and plain not in token.prefix + token.name
 
 
-def test_a_clamped_start_is_recorded_and_shown(live_server, client, pipeline_with_token):
+def test_a_clamped_start_is_recorded_and_shown(live_server, client, pipeline_with_token, vera):
     s, pipeline, plain = pipeline_with_token
     plan = resolve_start(s.topic, BatchOffsets(s.topic, "etl", 1, {0: 2, 1: 3}),
                          {0: Watermarks(0, 4, 5), 1: Watermarks(1, 0, 5)}, group="etl")
     assert DashboardClient(live_server.url, plain).report_start(plan)["pipeline"] == pipeline.pk
     report = StartReport.objects.get(pipeline=pipeline)
     assert (report.clamped_partitions, report.messages_lost, report.first_start) == (1, 2, False)
-    client.force_login(person("erin", VIEWER))
+    client.force_login(vera)
     html = client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
     assert "2 messages were deleted by retention before being processed; clamped to 4" in html
 

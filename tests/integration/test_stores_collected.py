@@ -6,19 +6,18 @@ import pytest
 from django.urls import reverse
 
 from collectors.cycle import collect_once
-from dashboard.accounts.roles import VIEWER
 from dashboard.models import Pipeline, PipelineEvaluation
 from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
 from reference_job.producer import ensure_topic, produce
 from streamoffsets.stores.registry import open_store
 from streamoffsets.types import BatchOffsets
-from tests.factories import person, writable_store_url
+from tests.factories import writable_store_url
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.mark.parametrize("kind", ["hbase", "zookeeper", "kafka", "file"])
-def test_each_writable_store_reaches_the_pipeline_page(client, stack, tmp_path, unique_name, kind):
+def test_each_writable_store_reaches_the_pipeline_page(client, stack, tmp_path, unique_name, kind, vera):
     topic, group = unique_name("orders"), unique_name("job")
     ensure_topic(stack.kafka_bootstrap, topic, 2)
     produce(stack.kafka_bootstrap, topic, 2, 20)
@@ -39,7 +38,7 @@ def test_each_writable_store_reaches_the_pipeline_page(client, stack, tmp_path, 
     rows = PipelineEvaluation.objects.get(pipeline=pipeline).partitions
     assert {r["partition"]: r["lag"] for r in rows} == {0: 4, 1: 2}
 
-    client.force_login(person("bob", VIEWER))
+    client.force_login(vera)
     html = client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
     assert '<td class="num">6</td>' in html and '<td class="num">8</td>' in html
 
@@ -56,7 +55,7 @@ def write_checkpoint_batch(root, batch_id: int, topic: str, offsets: dict[int, i
         (root / "commits" / str(batch_id)).write_text('v1\n{"nextBatchWatermarkMs":0}')
 
 
-def test_a_checkpoint_shows_planned_batches_until_spark_commits_them(client, stack, tmp_path, unique_name):
+def test_a_checkpoint_shows_planned_batches_until_spark_commits_them(client, stack, tmp_path, unique_name, vera):
     topic = unique_name("orders")
     ensure_topic(stack.kafka_bootstrap, topic, 1)
     produce(stack.kafka_bootstrap, topic, 1, 10)
@@ -70,7 +69,7 @@ def test_a_checkpoint_shows_planned_batches_until_spark_commits_them(client, sta
     assert collect_once().errors == []
     pipeline = Pipeline.objects.get(store=store, topic=topic, group="orders-enricher")
     assert list(pipeline.batches.order_by("batch_id").values_list("batch_id", "committed")) == [(0, True), (1, False)]
-    client.force_login(person("carol", VIEWER))
+    client.force_login(vera)
     assert "planned, not committed" in client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
 
     write_checkpoint_batch(root, 1, topic, {0: 7}, 1_700_000_001_000, committed=True)

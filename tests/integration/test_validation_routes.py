@@ -9,10 +9,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from dashboard.accounts.roles import VIEWER
 from dashboard.accounts.tokens import pipeline_token_issue
 from dashboard.models import StartReport
-from tests.factories import offline_pipeline, person
+from tests.factories import offline_pipeline
 
 # --- through the routes ---------------------------------------------------------------------------
 
@@ -22,10 +21,10 @@ T0 = 1_700_000_000_000
 
 
 @pytest.fixture
-def world(db, client, unique_name):
+def world(db, client, unique_name, vera):
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 10), 1: (0, 10)},
                                 batches=[(T0, {0: 4, 1: 4}), (T0 + 10_000, {0: 9, 1: 8})])
-    client.force_login(person("vera", VIEWER))
+    client.force_login(vera)
     return pipeline
 
 

@@ -13,15 +13,14 @@ from tests.unit.test_visible import HOSTILE_GROUP, RLO, SHOWN_GROUP
 
 
 @pytest.mark.django_db
-def test_pages_show_the_escape_and_machines_get_the_raw_name(client):
-    from dashboard.accounts.roles import VIEWER
+def test_pages_show_the_escape_and_machines_get_the_raw_name(client, vera):
     from dashboard.audit.services import audit_append
-    from tests.factories import person, pipeline_row
+    from tests.factories import pipeline_row
 
     pipeline = pipeline_row("vis", group=HOSTILE_GROUP, store_name="store\u200bz")
     audit_append(actor=f"eve{RLO}", action="pipeline.declared", subject=f"pipeline orders / {HOSTILE_GROUP}",
                  pipeline=pipeline)
-    client.force_login(person("vera", VIEWER))
+    client.force_login(vera)
     pid = pipeline.pk
 
     pages = [reverse("overview"), reverse("pipeline", args=[pid]), reverse("audit")]
@@ -52,12 +51,11 @@ def test_pages_show_the_escape_and_machines_get_the_raw_name(client):
 
 
 @pytest.mark.django_db
-def test_the_svg_title_shows_the_escape(client):
-    from dashboard.accounts.roles import VIEWER
-    from tests.factories import person, pipeline_row
+def test_the_svg_title_shows_the_escape(client, vera):
+    from tests.factories import pipeline_row
 
     pipeline = pipeline_row("svg", group=HOSTILE_GROUP)
-    client.force_login(person("vera", VIEWER))
+    client.force_login(vera)
     response = client.get(reverse("pipeline_chart_svg", args=[pipeline.pk]) + "?range=24h")
     assert response.status_code == 200
     svg = b"".join(response.streaming_content) if response.streaming else response.content
@@ -66,17 +64,16 @@ def test_the_svg_title_shows_the_escape(client):
 
 
 @pytest.mark.django_db
-def test_the_approver_reads_a_rewind_reason_as_written(client, unique_name):
+def test_the_approver_reads_a_rewind_reason_as_written(client, unique_name, olga, amir):
     """A right-to-left override in a reason would show the approver a different text."""
-    from dashboard.accounts.roles import APPROVER, OPERATOR
     from dashboard.rewinds.services import rewind_request
-    from tests.factories import offline_pipeline, person
+    from tests.factories import offline_pipeline
 
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 100)}, batches=[(1_700_000_000_000, {0: 50})],
                                 group=HOSTILE_GROUP)
-    rewind = rewind_request(pipeline=pipeline, user=person("olga", OPERATOR), kind="shift", spec={"shift": -10},
+    rewind = rewind_request(pipeline=pipeline, user=olga, kind="shift", spec={"shift": -10},
                             reason=f"replay 10{RLO}00001 messages\nticket 7")
-    client.force_login(person("amir", APPROVER))
+    client.force_login(amir)
     html = client.get(reverse("rewind", args=[rewind.pk])).content.decode()
     assert "replay 10⟨U+202E⟩00001 messages<br>ticket 7" in html
     assert SHOWN_GROUP in html and RLO not in html
