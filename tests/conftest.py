@@ -1,4 +1,10 @@
-"""Session-wide real servers for the tests: one local stack and one SparkSession per run.
+"""Session-wide real servers for the tests: one local stack and one SparkSession per run; the
+cast of people (tests/actors.py) as fixtures; the `unit` mark.
+
+The tests are laid out by what they need: tests/unit/ (no server: `pytest -m unit` or
+`pytest tests/unit`), tests/integration/ (PostgreSQL, Redis, the local stack, Spark, the deployed
+processes), tests/e2e/ (a browser against the live server). Collection fails if a test in
+tests/unit/ needs a server.
 
 Servers start on free loopback ports under a temporary run directory. Set
 `HBASE_THRIFT_URL=host:port` to run every HBase test against a real HBase Thrift server
@@ -199,8 +205,16 @@ _SERVER_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "djan
 _SERVER_MARKS = ("django_db", "spark", "deployed", "server")
 
 
+_UNIT_DIR = Path(__file__).resolve().parent / "unit"
+
+
 def pytest_collection_modifyitems(config, items):
+    misplaced = []
     for item in items:
         if _SERVER_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())) and not any(
                 item.get_closest_marker(m) for m in _SERVER_MARKS):
             item.add_marker(pytest.mark.unit)
+        elif _UNIT_DIR in item.path.parents:
+            misplaced.append(item.nodeid)
+    if misplaced:  # tests/unit/ must run without servers: move these to tests/integration/
+        raise pytest.UsageError("tests in tests/unit/ that need a server: " + ", ".join(misplaced))
