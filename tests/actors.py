@@ -1,8 +1,8 @@
 """The tests' cast, defined once: each named person and the roles they hold.
 
-Tests take a person as a fixture named for them (tests/conftest.py: `vera`, `olga`, ...; and
-`vera_logged_in`, the test client logged in as vera); helpers that build a whole world
-(tests/factories.py) and browser tests call `actor(name)`. People are made as
+Tests take a person as a fixture named for them (tests/conftest.py: `vera`, `olga`, ...;
+`vera_logged_in` is vera with the test client logged in as her, `vera_client` that client);
+helpers that build a whole world (tests/factories.py) and browser tests call `actor(name)`. People are made as
 `manage.py create_user` makes them, without a password unless the test logs in through the login
 form (`actor(name, can_log_in=True)`, then `passphrase(name)`): hashing one costs ~0.2 s.
 """
