@@ -95,7 +95,7 @@ def world(deployed, stack):
     for i, offsets in enumerate(({0: 1, 1: 1}, {0: 3, 1: 4}, {0: 6, 1: 5})):
         hbase.save_batch(BatchOffsets(topic, "etl", 1_700_000_000_000 + i * 60_000, offsets))
     ids = deployed.shell_json(
-        "from dashboard import services\n"
+        "from dashboard.monitoring import services\n"
         f"c = services.cluster_get_or_create(name='deployed', bootstrap_servers={stack.kafka_bootstrap!r})\n"
         f"s = services.store_get_or_create(name='deployed-hbase', kind='hbase', url={url!r}, cluster=c)\n"
         "result = {'cluster': c.pk, 'store': s.pk}")
