@@ -1,6 +1,6 @@
 """The admin: every change made here appends an audit event in the change's transaction.
 
-Every registered model admin is an AuditedAdmin (tests/test_audit_coverage.py walks
+Every registered model admin is an AuditedAdmin (tests/integration/test_audit_coverage.py walks
 admin.site's registry and fails for one that is not): additions, changes (many-to-many fields
 such as a group's permissions included) and deletions. Rows the collectors or the jobs write
 (source health, store problems, incidents, start reports) are read-only here; deleting them is
@@ -323,7 +323,7 @@ class AuditedGroupAdmin(AuditedAdmin, GroupAdmin):
 
 # django-axes' models, audited: registered from the app's ready(), after the admin registered axes' own.
 def register_lockout_admin() -> None:
-    """Replace axes' admins with audited ones (every admin is: tests/test_audit_coverage.py walks
+    """Replace axes' admins with audited ones (every admin is: tests/integration/test_audit_coverage.py walks
     the registry). Deleting access attempts is an unlock when one was in force, named with the
     admin who did it; attempts and failure logs are read-only rows whose deletion is audited;
     the success log is off (AXES_DISABLE_ACCESS_LOG), so its admin is not shown. Called from the

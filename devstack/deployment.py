@@ -9,7 +9,7 @@ one Celery worker on the queues collect and default (`worker`) and one `celery b
 The app processes get the environment compose gives them (OFFSETWATCH_ENV=production, the
 database and Redis URLs, a shared export directory) plus a short poll interval.
 
-Used by tests/test_deployed.py and the fault matrix (devstack/fault_matrix.py, bench/faults.py):
+Used by tests/integration/test_deployed.py and the fault matrix (devstack/fault_matrix.py, bench/faults.py):
 
     deployment = Deployment(tmp_dir, stack=running_stack, poll_interval_s=2)
     deployment.start()                     # postgres, redis, migrate, web, worker, beat

@@ -1,7 +1,7 @@
 """The fault matrix (over 400 lines: one scenario per component, each next to the row it yields):
 each component of a deployed Offset Watch killed (SIGKILL, then restarted)
 or frozen (SIGSTOP, then SIGCONT) while a job whose every batch is known writes to four stores,
-and what the product showed meanwhile (tests/test_fault_matrix.py asserts it, bench/faults.py
+and what the product showed meanwhile (tests/integration/test_fault_matrix.py asserts it, bench/faults.py
 prints it).
 
 Per row: seconds from the fault to the dashboard showing it (the affected source failing, the

@@ -1,4 +1,4 @@
-"""A job stand-in whose every batch is known: for fault runs (tests/test_fault_matrix.py,
+"""A job stand-in whose every batch is known: for fault runs (tests/integration/test_fault_matrix.py,
 bench/faults.py).
 
 Every tick (--every seconds) it saves batch n as "offsets = n on every partition" to each store

@@ -437,7 +437,7 @@ LOGGING["loggers"]["axes"] = {"level": "WARNING"}
 # Cache-Control: no-store on every answer that sets no caching of its own (dashboard/web/headers.py):
 # pages, the API, /metrics and exports hold data a shared computer or proxy must not keep.
 # X-Content-Type-Options: nosniff and Referrer-Policy: same-origin are SecurityMiddleware's
-# defaults (SECURE_CONTENT_TYPE_NOSNIFF, SECURE_REFERRER_POLICY); tests/test_headers.py holds them.
+# defaults (SECURE_CONTENT_TYPE_NOSNIFF, SECURE_REFERRER_POLICY); tests/integration/test_headers.py holds them.
 # Outside every middleware that may answer by itself (the database's 503 included), inside
 # SecurityMiddleware and WhiteNoise (static files keep their own caching).
 _headers_at = MIDDLEWARE.index("dashboard.unavailable.DatabaseUnavailableMiddleware")

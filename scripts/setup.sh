@@ -18,7 +18,7 @@ command -v chromium >/dev/null || apt_packages+=(chromium)                  # ch
 if [[ $want_test == 1 ]] && ! command -v pg_ctlcluster >/dev/null; then
   apt_packages+=(postgresql)
 fi
-# tests/test_deploy.py validates docker-compose.yml offline (no Docker engine is needed).
+# tests/unit/test_deploy.py validates docker-compose.yml offline (no Docker engine is needed).
 [[ $want_test == 1 ]] && ! command -v docker-compose >/dev/null && apt_packages+=(docker-compose)
 if (( ${#apt_packages[@]} )); then
   echo "setup: installing system packages: ${apt_packages[*]}"

@@ -6,7 +6,7 @@ Burrow's rules but tuned to micro-batch cadence, each with the reasons behind it
 seconds by interpolation in a per-partition table of (time, high watermark) samples. Retention
 risk: how long until retention deletes data the job has not read yet.
 
-Every rule is numbered in its docstring; tests/test_evaluation.py proves each with a table of
+Every rule is numbered in its docstring; tests/unit/test_evaluation.py proves each with a table of
 numbered cases.
 """
 from __future__ import annotations

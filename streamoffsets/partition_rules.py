@@ -9,7 +9,7 @@ the other threads keep the pipeline's batches coming. These rules find such a pa
 comparing it with the others of its pipeline, over the same window of samples, and name it.
 
 Pure functions over plain values (no I/O). Every rule is numbered in partition_status's
-docstring; tests/test_partition_rules.py proves each with numbered cases.
+docstring; tests/unit/test_partition_rules.py proves each with numbered cases.
 """
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""Session-wide real servers for the tests: one local stack and one SparkSession per run.
+"""Session-wide real servers for the tests: one local stack and one SparkSession per run; the
+cast of people (tests/actors.py) as fixtures; the `unit` mark.
+
+The tests are laid out by what they need: tests/unit/ (no server: `pytest -m unit` or
+`pytest tests/unit`), tests/integration/ (PostgreSQL, Redis, the local stack, Spark, the deployed
+processes), tests/e2e/ (a browser against the live server). Collection fails if a test in
+tests/unit/ needs a server.
 
 Servers start on free loopback ports under a temporary run directory. Set
 `HBASE_THRIFT_URL=host:port` to run every HBase test against a real HBase Thrift server
@@ -15,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from devstack.components import LOOPBACK, Stack, StackPorts, free_port
+from tests.actors import actor
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,69 @@ def _fresh_chart_cache_and_heavy_slots(request):
     reset()
 
 
+# --- the cast (tests/actors.py): each named person, made when a test asks for them ---------------
+
+@pytest.fixture
+def vera(db):
+    """The viewer."""
+    return actor("vera")
+
+
+@pytest.fixture
+def vera_logged_in(vera, client):
+    """The viewer, with the test client logged in as her."""
+    client.force_login(vera)
+    return vera
+
+
+@pytest.fixture
+def vera_client(vera_logged_in, client):
+    """The test client, logged in as the viewer."""
+    return client
+
+
+@pytest.fixture
+def erin(db):
+    """A second viewer."""
+    return actor("erin")
+
+
+@pytest.fixture
+def olga(db):
+    """The operator (requests rewinds)."""
+    return actor("olga")
+
+
+@pytest.fixture
+def otto(db):
+    """A second operator."""
+    return actor("otto")
+
+
+@pytest.fixture
+def amir(db):
+    """The approver (decides rewinds)."""
+    return actor("amir")
+
+
+@pytest.fixture
+def sam(db):
+    """An operator who is also an approver."""
+    return actor("sam")
+
+
+@pytest.fixture
+def dave(db):
+    """Logged in with no role."""
+    return actor("dave")
+
+
+@pytest.fixture
+def prometheus(db):
+    """The viewer account a scraper's API token belongs to."""
+    return actor("prometheus")
+
+
 # --- the fast set: `pytest -m unit` runs the tests that need no server, in seconds --------------
 # A test is "unit" unless it asks for a server: a database (the django_db mark or a db fixture),
 # the local stack, a live or browser server, Spark, the deployed processes, or the mark `server`
@@ -135,8 +205,16 @@ _SERVER_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "djan
 _SERVER_MARKS = ("django_db", "spark", "deployed", "server")
 
 
+_UNIT_DIR = Path(__file__).resolve().parent / "unit"
+
+
 def pytest_collection_modifyitems(config, items):
+    misplaced = []
     for item in items:
         if _SERVER_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())) and not any(
                 item.get_closest_marker(m) for m in _SERVER_MARKS):
             item.add_marker(pytest.mark.unit)
+        elif _UNIT_DIR in item.path.parents:
+            misplaced.append(item.nodeid)
+    if misplaced:  # tests/unit/ must run without servers: move these to tests/integration/
+        raise pytest.UsageError("tests in tests/unit/ that need a server: " + ", ".join(misplaced))

@@ -1,5 +1,5 @@
 """The conformance corpus's writers and expectations (issue #13; the table is in
-tests/test_conformance.py).
+tests/integration/test_conformance.py).
 
 Each store kind is written the way its real writers leave it, through the public clients only:
 confluent-kafka consumer commits (a Kafka group), kazoo (an old consumer or a Storm spout in
@@ -165,7 +165,7 @@ class World:
 
 def spark_batch(ckpt: Path, batch_id: int, topic: str, offsets: dict[int, int], ts_ms: int, committed: bool) -> None:
     """offsets/N (and commits/N when the batch is done) as Spark's HDFSMetadataLog leaves them:
-    compact JSON, no final newline, .crc files beside (see tests/test_store_checkpoint.py)."""
+    compact JSON, no final newline, .crc files beside (see tests/unit/test_store_checkpoint.py)."""
     for sub in ("offsets", "commits"):
         (ckpt / sub).mkdir(parents=True, exist_ok=True)
     (ckpt / "metadata").write_text('{"id":"5f0e6b5e-7d0a-4f7c-9b9e-0c3b1d7c6a11"}')

@@ -17,6 +17,7 @@ from dashboard.rewinds.start_reports import start_report_record
 from reference_job.producer import ensure_topic, produce
 from streamoffsets.stores.hbase import HBaseOffsetStore
 from streamoffsets.types import BatchOffsets
+from tests.actors import actor
 
 
 @dataclass
@@ -141,7 +142,6 @@ def approved_replay(stack, unique_name, tmp_path) -> dict:
     """A topic with 10 records per partition; the job's offset file holds {0: 10, 1: 10}; the
     dashboard knows two batches ({4, 4} then {10, 10}) and the watermarks; a rewind to the first
     one requested by olga and approved by amir; a pipeline token for the job."""
-    from dashboard.accounts.roles import APPROVER, OPERATOR
     from dashboard.rewinds.services import rewind_decide, rewind_request
     from streamoffsets.stores.offsetfile import OffsetFileStore
 
@@ -154,14 +154,14 @@ def approved_replay(stack, unique_name, tmp_path) -> dict:
     store = store_get_or_create(name=unique_name("file"), kind="file", url=f"file://{root}", cluster=cluster)
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 10), 1: (0, 10)}, group=group, topic=topic, store=store,
                                 batches=[(REPLAY_T0, {0: 4, 1: 4}), (REPLAY_T0 + 10_000, {0: 10, 1: 10})])
-    rewind = rewind_request(pipeline=pipeline, user=person("olga", OPERATOR), kind="batch",
+    rewind = rewind_request(pipeline=pipeline, user=actor("olga"), kind="batch",
                             spec={"batch_time_ms": REPLAY_T0}, reason="replay")
-    rewind = rewind_decide(rewind=rewind, user=person("amir", APPROVER), approve=True)
+    rewind = rewind_decide(rewind=rewind, user=actor("amir"), approve=True)
     token = pipeline_token_issue(pipeline=pipeline, name="job")[1]
     return {"topic": topic, "group": group, "root": root, "rewind": rewind, "token": token, "pipeline": pipeline}
 
 
-# --- the security suite's actors and world (tests/test_security.py, tests/test_fuzz.py) ---------
+# --- the security suite's actors and world (tests/integration/test_security.py, tests/integration/test_fuzz.py) ---------
 
 # Everyone who can knock: people by role, a staff user with a few admin permissions, an API token
 # (acting as a viewer, as Grafana or a script would hold one) and a job's pipeline token, for its
@@ -202,16 +202,15 @@ def security_world(unique_name, tmp_path) -> SecurityWorld:
     from django.contrib.auth.models import Permission, User
     from django.utils import timezone
 
-    from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
     from dashboard.models import ExportJob, Incident, StoreProblem
     from dashboard.rewinds.services import rewind_request
 
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 10), 1: (0, 10)},
                                 batches=[(REPLAY_T0, {0: 4, 1: 4}), (REPLAY_T0 + 10_000, {0: 9, 1: 8})])
     other = offline_pipeline(unique_name, partitions={0: (0, 5)}, batches=[(REPLAY_T0, {0: 2})])
-    rewind = rewind_request(pipeline=pipeline, user=person(unique_name("olga"), OPERATOR), kind="batch",
+    rewind = rewind_request(pipeline=pipeline, user=actor("olga"), kind="batch",
                             spec={"batch_time_ms": REPLAY_T0}, reason="replay", mode="store")
-    viewer = person(unique_name("viewer"), VIEWER)
+    viewer = actor("vera")
     staff = person(unique_name("staff"))
     staff.is_staff = True
     staff.save()
@@ -237,10 +236,10 @@ def security_world(unique_name, tmp_path) -> SecurityWorld:
     AccessFailureLog.objects.create(username="mallory", ip_address="198.51.100.9", user_agent="t")
     actors = {
         "anonymous": Actor("anonymous"),
-        "norole": Actor("norole", person(unique_name("norole"))),
+        "norole": Actor("norole", actor("dave")),
         "viewer": Actor("viewer", viewer),
-        "operator": Actor("operator", person(unique_name("operator"), OPERATOR)),
-        "approver": Actor("approver", person(unique_name("approver"), APPROVER)),
+        "operator": Actor("operator", actor("otto")),  # not olga, who requested the rewind
+        "approver": Actor("approver", actor("amir")),
         "staff": Actor("staff", staff),
         "superuser": Actor("superuser", User.objects.create_superuser(unique_name("root"), password=None)),
         "api_token": Actor("api_token", token=api_token_issue(user=viewer, name="grafana")[1]),

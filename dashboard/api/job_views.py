@@ -1,4 +1,6 @@
-"""job_views: moved from dashboard.api.views (docstring to be written)."""
+"""The jobs' API (pipeline tokens, owp_): start reports and the rewind a job claims, applies or
+fails on restart (streamoffsets.dashboard_client is the client). Payloads are checked by
+dashboard.api.payloads; every error is JSON."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""/api/v1/: every route here is described in dashboard/openapi.json (tests/test_api.py checks)."""
+"""/api/v1/: every route here is described in dashboard/openapi.json (tests/integration/test_api.py checks)."""
 from django.urls import path, re_path
 
 from dashboard.api.job_views import api_rewind_applied, api_rewind_claim, api_rewind_failed, api_rewind_pending, api_start_report

@@ -1,4 +1,12 @@
-"""views_rest: moved from dashboard.api.views (docstring to be written)."""
+"""The versioned JSON API (/api/v1/): thin views that validate parameters and call a selector.
+
+Described by dashboard/api/openapi.json (served at /api/v1/openapi.json; tests/integration/test_api.py checks
+the document against these views). People use their session; machines send an API token
+(`Authorization: Bearer owu_...`, manage.py issue_api_token) acting with its user's roles; jobs
+report starts with their pipeline token (owp_): their endpoints are in dashboard/api/job_views.py. Every error is JSON {"error": "..."}: 400 names
+the parameter and the value, 401 without credentials, 403 without the role, 404 unknown ids,
+503 with Retry-After while the database is unavailable (dashboard/unavailable.py).
+"""
 from __future__ import annotations
 
 import base64

@@ -1,4 +1,6 @@
-"""chart_views: moved from dashboard.web.views (docstring to be written)."""
+"""The pipeline page's charts and exports: the lag chart (HTML, JSON, CSV, PNG/SVG), the batches
+as CSV, and background export jobs. Heavy requests are bounded (dashboard.heavy), and a range
+too large to answer at once is offered as a background export."""
 from __future__ import annotations
 
 from django.conf import settings

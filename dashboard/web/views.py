@@ -1,4 +1,6 @@
-"""views_rest: moved from dashboard.web.views (docstring to be written)."""
+"""Thin views of the pages: validate input, call a selector, render. The overview, a pipeline's
+page and its live parts, the collectors page, /metrics and /healthz; the pipeline page's charts
+and exports are in chart_views.py, rewinds in rewind_views.py, the audit log in audit_views.py."""
 from __future__ import annotations
 
 from functools import lru_cache

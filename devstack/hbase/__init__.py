@@ -16,7 +16,7 @@ In-process (unit tests)::
 
 Behaviour mirrors HBase's Thrift 1 handler (`ThriftHBaseServiceHandler`) and the region server
 semantics it exposes, for the calls happybase makes on behalf of our code and of
-`tests/test_hbase_standin_contract.py`; every other call of the IDL answers with the IDL's
+`tests/integration/test_hbase_standin_contract.py`; every other call of the IDL answers with the IDL's
 `IOError` "... is not implemented by the HBase Thrift stand-in". Deliberate simplifications:
 
 * one table = one region; data lives in memory only and is lost when the process exits;

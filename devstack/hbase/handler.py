@@ -1,7 +1,7 @@
 """The Hbase Thrift 1 calls the stand-in answers: those that are used, and only those.
 
 Used means: made by happybase for the happybase API our code calls (streamoffsets, collectors,
-bench, devstack, tests), or by `tests/test_hbase_standin_contract.py`, which pins what the
+bench, devstack, tests), or by `tests/integration/test_hbase_standin_contract.py`, which pins what the
 stand-in must share with a real HBase. Per happybase call:
 
 * Connection.tables / create_table / delete_table(disable=True) / is_table_enabled:

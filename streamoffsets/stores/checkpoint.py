@@ -5,7 +5,7 @@ temporary files Spark renames into place) are parsed here, each next to its docu
 A checkpoint directory holds `metadata` (the query id), `offsets/<batchId>` and
 `commits/<batchId>` (plus `sources/`, `state/`, Hadoop's `.<name>.crc` files and, while Spark
 writes, hidden `.<name>.<uuid>.tmp` files that it renames into place). Formats, as written by
-Spark 4.3 (checked by tests/test_store_checkpoint.py against a real query):
+Spark 4.3 (checked by tests/integration/test_store_checkpoint_spark.py against a real query):
 
     offsets/N  line 1   `v1` (or `v2`, below)
                line 2   {"batchWatermarkMs":0,"batchTimestampMs":<epoch ms>,"conf":{...}}

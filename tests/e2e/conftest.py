@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import ROOT
+
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-ARTIFACTS = Path(os.environ.get("OFFSETWATCH_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / ".run" / "test-artifacts"))
+ARTIFACTS = Path(os.environ.get("OFFSETWATCH_TEST_ARTIFACTS", ROOT / ".run" / "test-artifacts"))
 
 
 def chromium_path() -> str:

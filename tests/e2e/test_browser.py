@@ -7,12 +7,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from dashboard.accounts.roles import VIEWER
 from dashboard.monitoring.services import watermarks_record
 from streamoffsets.kafka import WatermarkResult
 from streamoffsets.types import Watermarks
+from tests.actors import actor, passphrase
 from tests.e2e.conftest import log_in, wait_for_chart
-from tests.factories import offline_pipeline, person
+from tests.factories import offline_pipeline
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the live server's thread must see the rows
 
@@ -39,7 +39,7 @@ def incident_data(unique_name):
             healthy[0].topic: {0: Watermarks(0, 0, 40)},
             healthy[1].topic: {0: Watermarks(0, 0, 9)},
         }))
-    person("frank", VIEWER, password="frank-on-call-3am")
+    actor("vera", can_log_in=True)
     return lost, healthy
 
 
@@ -50,7 +50,7 @@ def chart_points(pg) -> int:
 
 def test_find_the_worst_pipeline_open_it_and_change_the_range(page, screenshot, incident_data):
     lost, healthy = incident_data
-    log_in(page, "frank", "frank-on-call-3am")
+    log_in(page, "vera", passphrase("vera"))
     page.goto("/")
     first = page.locator("#pipelines tbody tr").first
     assert first.get_attribute("data-status") == "ERR"
@@ -94,7 +94,7 @@ def test_pages_fit_a_phone(browser, live_server, screenshot, incident_data):
     context = browser.new_context(viewport={"width": 390, "height": 844}, base_url=live_server.url)
     page = context.new_page()
     try:
-        log_in(page, "frank", "frank-on-call-3am")
+        log_in(page, "vera", passphrase("vera"))
         for url, name in (("/", "overview-phone"), (f"/pipelines/{lost.pk}/", "pipeline-phone"),
                           ("/collectors/", "collectors-phone")):
             page.goto(url)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER
 from dashboard.rewinds.services import rewind_request
+from tests.actors import actor, passphrase
 from tests.e2e.conftest import log_in, wait_for_chart
-from tests.factories import offline_pipeline, person
+from tests.factories import offline_pipeline
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the live server's thread must see the rows
 T0 = 1_700_000_000_000
@@ -54,8 +54,8 @@ def watched(browser, live_server):
 def world(unique_name):
     pipeline = offline_pipeline(unique_name, partitions={0: (0, 100), 1: (0, 90)},
                                 batches=[(T0, {0: 10, 1: 10}), (T0 + 10_000, {0: 40, 1: 30}), (T0 + 20_000, {0: 80, 1: 70})])
-    olga = person("olga", VIEWER, OPERATOR, password="olga-operator-pass")
-    person("amir", VIEWER, APPROVER, password="amir-approver-pass")
+    olga = actor("olga", can_log_in=True)
+    actor("amir", can_log_in=True)
     rewind = rewind_request(pipeline=pipeline, user=olga, kind="batch", spec={"batch_time_ms": T0 + 10_000},
                             reason="bad deploy wrote garbage")
     return pipeline, rewind
@@ -72,7 +72,7 @@ def test_pages_run_under_the_policy_with_no_violation_and_their_scripts_work(wat
     pipeline, rewind = world
     page.goto("/login/")
     check("login")
-    log_in(page, "olga", "olga-operator-pass")
+    log_in(page, "olga", passphrase("olga"))
 
     # Overview: its table re-renders from the partial (the poll was an inline script).
     with page.expect_response(lambda r: "/live/overview/" in r.url and r.status == 200, timeout=12_000):

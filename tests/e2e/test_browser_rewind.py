@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.accounts.roles import APPROVER, OPERATOR
 from dashboard.models import RewindRequest
+from tests.actors import actor, passphrase
 from tests.e2e.conftest import log_in
-from tests.factories import offline_pipeline, person
+from tests.factories import offline_pipeline
 
 pytestmark = pytest.mark.django_db(transaction=True)
 T0 = 1_700_000_000_000
@@ -16,11 +16,11 @@ T0 = 1_700_000_000_000
 def test_request_from_a_batch_row_then_another_person_approves(browser, live_server, screenshot, unique_name):
     p = offline_pipeline(unique_name, partitions={0: (0, 100), 1: (0, 90)},
                          batches=[(T0, {0: 10, 1: 10}), (T0 + 10_000, {0: 40, 1: 30}), (T0 + 20_000, {0: 80, 1: 70})])
-    person("olga", OPERATOR, password="olga-operator-pass")
-    person("amir", APPROVER, password="amir-approver-pass")
+    actor("olga", can_log_in=True)
+    actor("amir", can_log_in=True)
 
     operator = browser.new_context(base_url=live_server.url).new_page()
-    log_in(operator, "olga", "olga-operator-pass")
+    log_in(operator, "olga", passphrase("olga"))
     operator.goto(f"/pipelines/{p.pk}/")
     operator.click(f'tr[data-batch-ms="{T0 + 10_000}"] a.rewind-here')
     operator.fill("textarea[name=reason]", "bad deploy 14:02 wrote garbage to the ledger")
@@ -37,7 +37,7 @@ def test_request_from_a_batch_row_then_another_person_approves(browser, live_ser
     rewind = RewindRequest.objects.get(pipeline=p)
 
     approver = browser.new_context(base_url=live_server.url).new_page()
-    log_in(approver, "amir", "amir-approver-pass")
+    log_in(approver, "amir", passphrase("amir"))
     approver.goto("/rewinds/")
     approver.click(f'tr[data-rewind="{rewind.pk}"] a')
     assert "bad deploy 14:02" in approver.locator("#rewind-reason").inner_text()

@@ -14,11 +14,11 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from dashboard.accounts.roles import OPERATOR, VIEWER
 from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
 from dashboard.rewinds.services import rewind_request
+from tests.actors import actor, passphrase
 from tests.e2e.conftest import log_in
-from tests.factories import offline_pipeline, person
+from tests.factories import offline_pipeline
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the live server's thread must see the rows
 T0 = 1_700_000_000_000
@@ -36,10 +36,10 @@ def hostile(unique_name):
     store = store_get_or_create(name=STORE, kind="hbase", url="hbase://127.0.0.1:1/unused", cluster=cluster)
     pipeline = offline_pipeline(unique_name, store=store, topic=TOPIC, group=GROUP, partitions={0: (0, 100)},
                                 batches=[(T0, {0: 10}), (T0 + 60_000, {0: 40})])
-    olga = person("olga", VIEWER, OPERATOR)
+    olga = actor("olga")
     rewind = rewind_request(pipeline=pipeline, user=olga, kind="batch", spec={"batch_time_ms": T0},
                             reason=f"replay {GROUP}")  # the audit log and the rewind pages name it too
-    person("vera", VIEWER, password="vera-viewer-pass")
+    actor("vera", can_log_in=True)
     return pipeline, rewind
 
 
@@ -50,7 +50,7 @@ def test_pages_and_the_svg_show_hostile_names_as_text_in_chromium(browser, live_
     page.set_default_timeout(15_000)
     dialogs: list[str] = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    log_in(page, "vera", "vera-viewer-pass")
+    log_in(page, "vera", passphrase("vera"))
     pages = ["/", reverse("pipeline", args=[pipeline.pk]), "/collectors/", "/audit/", "/rewinds/",
              reverse("rewind", args=[rewind.pk])]
     for url in pages:
@@ -78,7 +78,7 @@ def test_pages_and_the_svg_show_hostile_names_as_text_in_chromium(browser, live_
 
 def _viewer() -> Client:
     client = Client()
-    client.force_login(person("vic", VIEWER))
+    client.force_login(actor("vera"))
     return client
 
 

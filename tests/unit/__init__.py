@@ -1,0 +1,1 @@
+"""Tests that need no server (every test here is marked `unit` by tests/conftest.py)."""
