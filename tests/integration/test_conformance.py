@@ -1,4 +1,5 @@
-"""The conformance corpus (issue #13): named real-world situations, each written through the
+"""The conformance corpus (issue #13; over 400 lines: one case per store kind and situation, over
+one running stack): named real-world situations, each written through the
 public clients into the running stack (Tansu, ZooKeeper, the HBase Thrift stand-in, files,
 checkpoint directories), collected by the real collection code and read back through the API.
 

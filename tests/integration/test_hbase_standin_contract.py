@@ -1,4 +1,5 @@
-"""Contract tests: HBase's documented semantics, driven through happybase over Thrift.
+"""Contract tests: HBase's documented semantics, driven through happybase over Thrift
+(over 400 lines because the contract is one list, to be run as a whole against a real HBase as well).
 
 They run against the local stand-in (`devstack.hbase`) by default and against a real
 HBase Thrift server when `HBASE_THRIFT_URL=host:port` is set, so everything above the

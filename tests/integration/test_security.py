@@ -1,5 +1,6 @@
 """The security suite: who may do what on every route (an authorization matrix walking every URL
 pattern for every actor and every method the route accepts), and CSRF on every unsafe route.
+Over 400 lines because the matrix (route -> who may) is one table, read whole.
 
 The table below is the one place that says what each actor gets from each route: a route added
 to the URLs without a row here fails test_every_route_has_a_row. Admin routes follow rules by

@@ -1,4 +1,5 @@
-"""The deployment without servers: docker-compose wiring, scripts/setup.sh, production settings,
+"""The deployment without servers (over 400 lines: one case per deployed service and setting):
+docker-compose wiring, scripts/setup.sh, production settings,
 queues, the job's Kafka source options. Against servers (health checks, client configurations,
 Spark's own Kafka source, the HBase transport): tests/integration/test_deploy_servers.py.
 
