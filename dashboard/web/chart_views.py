@@ -241,9 +241,7 @@ def export_job_new(request, pipeline_id: int):
     """Queue a background export (the form of the "too large" page or the pipeline page)."""
     pipeline = _pipeline_or_404(pipeline_id)
     try:
-        kind = params.single(request.POST, "export")
-        if kind not in ExportJob.Kind.values:
-            raise params.BadParam("export", kind, f"is not one of {', '.join(ExportJob.Kind.values)}")
+        kind = params.choice("export", params.single(request.POST, "export"), ExportJob.Kind.values)
         if kind == ExportJob.Kind.CHART_CSV:
             chart_params = params.parse_chart_params(request.POST, now=timezone.now())
             time_range, chart_kind, unit = chart_params.range, chart_params.kind, chart_params.unit
