@@ -57,11 +57,12 @@ def test_notification_texts_show_names_the_payload_keeps_them_raw():
 @pytest.mark.django_db
 def test_pages_show_the_escape_and_machines_get_the_raw_name(client):
     from dashboard.accounts.roles import VIEWER
+    from dashboard.audit.actor import Actor
     from dashboard.audit.services import audit_append
     from tests.factories import person, pipeline_row
 
     pipeline = pipeline_row("vis", group=HOSTILE_GROUP, store_name="store\u200bz")
-    audit_append(actor=f"eve{RLO}", action="pipeline.declared", subject=f"pipeline orders / {HOSTILE_GROUP}",
+    audit_append(actor=Actor(f"eve{RLO}"), action="pipeline.declared", subject=f"pipeline orders / {HOSTILE_GROUP}",
                  pipeline=pipeline)
     client.force_login(person("vera", VIEWER))
     pid = pipeline.pk

@@ -13,6 +13,7 @@ from dashboard.accounts.roles import bearer_token
 from dashboard.accounts.tokens import pipeline_token_actor, pipeline_token_for
 from dashboard.api import payloads
 from dashboard.api.views import json_error
+from dashboard.audit.actor import Actor
 from dashboard.rewinds.services import (
     RewindRefused,
     claim_lease_expires_at,
@@ -42,7 +43,7 @@ def job_view(method: str):
                 return json_error(401, "unknown or revoked pipeline token")
             pipeline = found.pipeline
             # The audit actor of whatever the job does: its token, never what the body says it is.
-            request.job_actor = pipeline_token_actor(found)
+            request.job_actor = Actor.of_job(pipeline_token_actor(found), request)
             if request.method != method:
                 response = json_error(405, f"method {request.method} is not allowed here; use {method}")
                 response["Allow"] = method
@@ -73,8 +74,7 @@ def job_view(method: str):
 def api_start_report(request, pipeline, payload):
     payloads.start_report(payload)  # every field checked, named when refused (PayloadError: 400)
     try:
-        report = start_report_record(pipeline=pipeline, report=payload, actor=request.job_actor,
-                                              remote_addr=_remote(request))
+        report = start_report_record(pipeline=pipeline, report=payload, actor=request.job_actor)
     except InvalidReport as exc:
         return json_error(400, str(exc))
     return JsonResponse({"id": report.pk, "pipeline": pipeline.pk}, status=201)
@@ -104,15 +104,11 @@ def api_rewind_pending(request, pipeline, payload):
     return JsonResponse({"rewind": {**rewind_json(rewind), "claimable": rewind_claimable(rewind=rewind)}})
 
 
-def _remote(request) -> str:
-    return request.META.get("REMOTE_ADDR", "")
-
-
 @job_view("POST")
 def api_rewind_claim(request, pipeline, payload, rewind_id: int):
     body = payloads.rewind_claim(payload)
     rewind = rewind_claim(pipeline=pipeline, rewind_id=rewind_id, instance=body["instance"],
-                                  actor=request.job_actor, remote_addr=_remote(request))
+                                  actor=request.job_actor)
     return JsonResponse({"rewind": rewind_json(rewind)})
 
 
@@ -120,8 +116,7 @@ def api_rewind_claim(request, pipeline, payload, rewind_id: int):
 def api_rewind_applied(request, pipeline, payload, rewind_id: int):
     body = payloads.rewind_applied(payload)
     rewind = rewind_applied(pipeline=pipeline, rewind_id=rewind_id, instance=body["instance"],
-                                    offsets=body["offsets"], marker_batch_ms=body["marker_batch_ms"], actor=request.job_actor,
-                                    remote_addr=_remote(request))
+                                    offsets=body["offsets"], marker_batch_ms=body["marker_batch_ms"], actor=request.job_actor)
     return JsonResponse({"rewind": rewind_json(rewind)})
 
 
@@ -130,5 +125,5 @@ def api_rewind_failed(request, pipeline, payload, rewind_id: int):
     body = payloads.rewind_failed(payload)
     rewind = rewind_job_failed(pipeline=pipeline, rewind_id=rewind_id, instance=body["instance"],
                                        error=body["error"] or "no reason given",
-                                       actor=request.job_actor, remote_addr=_remote(request))
+                                       actor=request.job_actor)
     return JsonResponse({"rewind": rewind_json(rewind)})

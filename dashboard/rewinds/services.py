@@ -22,6 +22,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from dashboard.accounts.roles import APPROVER, OPERATOR, user_has_role
+from dashboard.audit.actor import Actor
 from dashboard.audit.services import audit_append
 from dashboard.models import Batch, Pipeline, RewindRequest, WatermarkSample
 from dashboard.monitoring.selectors import kafka_client_config
@@ -131,8 +132,9 @@ def _ms_text(ms) -> str:
 
 def rewind_request(
     *, pipeline: Pipeline, user, kind: str, spec: dict, reason: str, ticket_url: str = "",
-    mode: str = RewindRequest.Mode.JOB, remote_addr: str = "",
+    mode: str = RewindRequest.Mode.JOB, actor: Actor | None = None,
 ) -> RewindRequest:
+    """`actor`: who asks and from where (default: `user`, from no address)."""
     if not user_has_role(user, OPERATOR):
         raise RewindRefused(f"requesting a rewind needs the operator role; {user.username!r} does not have it", 403)
     if not reason.strip():
@@ -154,7 +156,7 @@ def rewind_request(
                 requested_by=user, requested_at=now,
                 expires_at=now + timedelta(seconds=settings.REWIND_APPROVAL_TTL_S),
             )
-            _audit(rewind, "rewind.requested", actor=user.username, actor_user_id=user.pk, remote_addr=remote_addr,
+            _audit(rewind, "rewind.requested", actor=actor or Actor.of_user(user),
                    details={"reason": rewind.reason, "ticket_url": ticket_url, "target": {"kind": kind, **spec},
                             "mode": mode, "preview": rewind.preview})
             notify.notify_rewind(event="requested", rewind_summary=rewind_summary(rewind))
@@ -166,7 +168,7 @@ def rewind_request(
 
 
 def rewind_decide(
-    *, rewind: RewindRequest, user, approve: bool, comment: str = "", remote_addr: str = "",
+    *, rewind: RewindRequest, user, approve: bool, comment: str = "", actor: Actor | None = None,
 ) -> RewindRequest:
     """Approve or reject. The approver sees the plan recomputed now; a target that became out of
     range since the request cannot be approved."""
@@ -194,13 +196,13 @@ def rewind_decide(
             rewind.refresh_from_db()
             raise RewindRefused(f"rewind #{rewind.pk} is {rewind.status}, not awaiting a decision", 409)
         rewind.refresh_from_db()
-        _audit(rewind, "rewind.approved" if approve else "rewind.rejected", actor=user.username, actor_user_id=user.pk,
-               remote_addr=remote_addr, details={"comment": rewind.decision_comment})
+        _audit(rewind, "rewind.approved" if approve else "rewind.rejected", actor=actor or Actor.of_user(user),
+               details={"comment": rewind.decision_comment})
         notify.notify_rewind(event="approved" if approve else "rejected", rewind_summary=rewind_summary(rewind))
     return rewind
 
 
-def rewind_cancel(*, rewind: RewindRequest, user, remote_addr: str = "") -> RewindRequest:
+def rewind_cancel(*, rewind: RewindRequest, user, actor: Actor | None = None) -> RewindRequest:
     """The requester or an approver may cancel before a job claims it; an approver may also cancel
     a claim whose lease ran out with no `applied` report (a stuck claim)."""
     if rewind.requested_by_id != user.pk and not user_has_role(user, APPROVER):
@@ -208,18 +210,18 @@ def rewind_cancel(*, rewind: RewindRequest, user, remote_addr: str = "") -> Rewi
     now = timezone.now()
     current = RewindRequest.objects.filter(pk=rewind.pk).values_list("status", flat=True).first()
     if current == Status.CLAIMED:
-        return _cancel_stuck_claim(rewind=rewind, user=user, now=now, remote_addr=remote_addr)
+        return _cancel_stuck_claim(rewind=rewind, user=user, now=now, actor=actor or Actor.of_user(user))
     with transaction.atomic():
         if not RewindRequest.objects.filter(pk=rewind.pk, status__in=[Status.REQUESTED, Status.APPROVED]).update(
                 status=Status.CANCELLED, finished_at=now):
             rewind.refresh_from_db()
             raise RewindRefused(f"rewind #{rewind.pk} is {rewind.status}: it can no longer be cancelled", 409)
         rewind.refresh_from_db()
-        _audit(rewind, "rewind.cancelled", actor=user.username, actor_user_id=user.pk, remote_addr=remote_addr)
+        _audit(rewind, "rewind.cancelled", actor=actor or Actor.of_user(user))
     return rewind
 
 
-def _cancel_stuck_claim(*, rewind: RewindRequest, user, now: datetime, remote_addr: str) -> RewindRequest:
+def _cancel_stuck_claim(*, rewind: RewindRequest, user, now: datetime, actor: Actor) -> RewindRequest:
     if not user_has_role(user, APPROVER):
         raise RewindRefused("a claimed rewind can only be cancelled by an approver (once its claim's lease ran out)", 403)
     rewind.refresh_from_db()
@@ -236,7 +238,7 @@ def _cancel_stuck_claim(*, rewind: RewindRequest, user, now: datetime, remote_ad
                                     f"{_iso(claim_lease_expires_at(rewind))}: it can be cancelled after that", 409)
             raise RewindRefused(f"rewind #{rewind.pk} is {rewind.status}: it can no longer be cancelled", 409)
         rewind.refresh_from_db()
-        _audit(rewind, "rewind.cancelled", actor=user.username, actor_user_id=user.pk, remote_addr=remote_addr,
+        _audit(rewind, "rewind.cancelled", actor=actor,
                details={"was": Status.CLAIMED, "claimed_by": holder, "claimed_at": _iso(at)})
     return rewind
 
@@ -252,7 +254,7 @@ def rewinds_expire(*, now: datetime | None = None) -> int:
                     status=Status.EXPIRED, finished_at=now,
                     outcome="not approved in time" if was == Status.REQUESTED else "no job claimed it in time"):
                 rewind.refresh_from_db()
-                _audit(rewind, "rewind.expired", actor="system", details={"was": was})
+                _audit(rewind, "rewind.expired", actor=Actor.SYSTEM, details={"was": was})
                 expired += 1
     # Claimed, but neither an `applied` report nor the marker batch came (the job died between its
     # claim and its start, or its claim's answer was lost and no later start took it over).
@@ -315,13 +317,13 @@ def rewind_for_job(*, pipeline: Pipeline) -> RewindRequest | None:
 
 
 def rewind_claim(
-    *, pipeline: Pipeline, rewind_id: int, instance: str, actor: str, remote_addr: str = "",
+    *, pipeline: Pipeline, rewind_id: int, instance: str, actor: Actor,
 ) -> RewindRequest:
     """Exactly one claimer wins: a conditional UPDATE from approved (and unexpired) to claimed.
     The instance holding the claim gets it again (its first answer may have been lost); another
     instance takes over a claim whose lease ran out (conditional on the claim it saw).
 
-    `actor` is who authenticated (the pipeline token, services.pipeline_token_actor); the job
+    `actor` is who authenticated (the pipeline token: Actor.of_job); the job
     names its `instance` itself, so that goes into the event's details, never its actor."""
     instance = (instance or "").strip()[:300]
     if not instance:
@@ -333,13 +335,13 @@ def rewind_claim(
         ).update(status=Status.CLAIMED, claimed_at=now, claimed_by=instance)
         rewind = _job_rewind(pipeline, rewind_id)
         if won:
-            _audit(rewind, "rewind.claimed", actor=actor, remote_addr=remote_addr, details={"instance": instance})
+            _audit(rewind, "rewind.claimed", actor=actor, details={"instance": instance})
             return rewind
     if rewind.status == Status.CLAIMED and rewind.mode == RewindRequest.Mode.JOB:
         if rewind.claimed_by == instance:
             return rewind  # the same instance again: its claim stands (no new transition, no event)
         if rewind_claimable(rewind=rewind, now=now) and not _settle_claim_from_marker(rewind):
-            return _take_over(rewind, instance=instance, actor=actor, now=now, remote_addr=remote_addr)
+            return _take_over(rewind, instance=instance, actor=actor, now=now)
         rewind.refresh_from_db()
     why = "its approval expired" if rewind.status == Status.APPROVED else f"it is {rewind.status}"
     if rewind.status == Status.CLAIMED:
@@ -350,7 +352,7 @@ def rewind_claim(
     raise RewindRefused(f"rewind #{rewind_id} cannot be claimed: {why}", 409)
 
 
-def _take_over(rewind: RewindRequest, *, instance: str, actor: str, now: datetime, remote_addr: str) -> RewindRequest:
+def _take_over(rewind: RewindRequest, *, instance: str, actor: Actor, now: datetime) -> RewindRequest:
     holder, at = rewind.claimed_by, rewind.claimed_at
     with transaction.atomic():
         if not RewindRequest.objects.filter(pk=rewind.pk, status=Status.CLAIMED, claimed_by=holder, claimed_at=at,
@@ -359,7 +361,7 @@ def _take_over(rewind: RewindRequest, *, instance: str, actor: str, now: datetim
             raise RewindRefused(f"rewind #{rewind.pk} cannot be claimed: it is {rewind.status}"
                                 f"{' by ' + rewind.claimed_by if rewind.claimed_by else ''} (taken over meanwhile)", 409)
         rewind.refresh_from_db()
-        _audit(rewind, "rewind.claim_taken_over", actor=actor, remote_addr=remote_addr,
+        _audit(rewind, "rewind.claim_taken_over", actor=actor,
                details={"instance": instance, "previous_claimed_by": holder, "previous_claimed_at": _iso(at),
                         "lease_s": settings.REWIND_CLAIM_LEASE_S,
                         "why": "no `applied` report within the claim's lease"})
@@ -368,7 +370,7 @@ def _take_over(rewind: RewindRequest, *, instance: str, actor: str, now: datetim
 
 def rewind_applied(
     *, pipeline: Pipeline, rewind_id: int, instance: str, offsets: dict, marker_batch_ms: int | None,
-    actor: str, actor_user_id: int | None = None, remote_addr: str = "",
+    actor: Actor,
 ) -> RewindRequest:
     """The job started from `offsets` (having saved them to its store as the batch at
     `marker_batch_ms`). Offsets other than the target fail the rewind, with the difference."""
@@ -385,7 +387,7 @@ def rewind_applied(
             raise RewindRefused(f"rewind #{rewind_id} is {rewind.status}"
                                 f"{' by ' + rewind.claimed_by if rewind.claimed_by else ''}: not claimed by {instance!r}", 409)
         rewind = _job_rewind(pipeline, rewind_id)
-        _audit(rewind, "rewind.applied", actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr,
+        _audit(rewind, "rewind.applied", actor=actor,
                before=rewind.before_offsets, after=started, details={"instance": instance})
     if started != rewind.target_offsets:
         return _finish(rewind, Status.FAILED, "the job started elsewhere than the target: " +
@@ -394,14 +396,14 @@ def rewind_applied(
 
 
 def rewind_job_failed(
-    *, pipeline: Pipeline, rewind_id: int, instance: str, error: str, actor: str, remote_addr: str = "",
+    *, pipeline: Pipeline, rewind_id: int, instance: str, error: str, actor: Actor,
 ) -> RewindRequest:
     """The job could not apply a rewind it claimed (e.g. its store refused the write)."""
     rewind = _job_rewind(pipeline, rewind_id)
     if rewind.status not in (Status.CLAIMED, Status.APPLIED) or rewind.claimed_by != (instance or "").strip()[:300]:
         raise RewindRefused(f"rewind #{rewind_id} is {rewind.status}: not claimed by {instance!r}", 409)
     return _finish(rewind, Status.FAILED, f"the job reported: {str(error)[:2000]}", actor=actor,
-                   remote_addr=remote_addr, details={"instance": (instance or "").strip()[:300]})
+                   details={"instance": (instance or "").strip()[:300]})
 
 
 def _job_rewind(pipeline: Pipeline, rewind_id: int) -> RewindRequest:
@@ -479,7 +481,7 @@ def _settle_claim_from_marker(rewind: RewindRequest) -> bool:
                 applied_at=datetime.fromtimestamp(marker_ms / 1000, tz=dt_timezone.utc)):
             return False
         rewind.refresh_from_db()
-        _audit(rewind, "rewind.applied", actor="system", details={"note": note, "claimed_by": holder,
+        _audit(rewind, "rewind.applied", actor=Actor.SYSTEM, details={"note": note, "claimed_by": holder,
                                                                   "marker_batch_ms": marker_ms})
         _finish(rewind, Status.VERIFIED, f"the job's first batch after the restart starts at the target (batch "
                                          f"{_ms_text(marker_ms)}); its `applied` report never arrived: {note}")
@@ -497,15 +499,14 @@ def _difference(target: dict[str, int], actual: dict[str, int]) -> str:
 
 
 def _finish(
-    rewind: RewindRequest, status: str, outcome: str, *, actor: str = "system", actor_user_id: int | None = None,
-    remote_addr: str = "", details: dict | None = None,
+    rewind: RewindRequest, status: str, outcome: str, *, actor: Actor = Actor.SYSTEM, details: dict | None = None,
 ) -> RewindRequest:
     now = timezone.now()
     with transaction.atomic():
         if RewindRequest.objects.filter(pk=rewind.pk, status=rewind.status).update(
                 status=status, finished_at=now, outcome=outcome):
             rewind.refresh_from_db()
-            _audit(rewind, f"rewind.{status}", actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr,
+            _audit(rewind, f"rewind.{status}", actor=actor,
                    details={**(details or {}), "outcome": outcome})
     return rewind
 
@@ -526,10 +527,10 @@ def rewind_summary(rewind: RewindRequest) -> dict:
     }
 
 
-def _audit(rewind: RewindRequest, action: str, *, actor: str, actor_user_id: int | None = None,
-           remote_addr: str = "", before=None, after=None, details: dict | None = None) -> None:
+def _audit(rewind: RewindRequest, action: str, *, actor: Actor, before=None, after=None,
+           details: dict | None = None) -> None:
     audit_append(
-        actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr, action=action,
+        actor=actor, action=action,
         subject=f"rewind #{rewind.pk} of {rewind.pipeline.topic} / {rewind.pipeline.group} to {rewind.target_kind}",
         pipeline=rewind.pipeline, before=before if before is not None else rewind.before_offsets,
         after=after if after is not None else rewind.target_offsets, details=details or {},
@@ -553,7 +554,7 @@ def pipeline_observed_stopped(*, pipeline: Pipeline, now: datetime | None = None
 # --- write into the store (jobs that do not use the library) -------------------------------------------
 
 
-def rewind_write_to_store(*, rewind: RewindRequest, user, remote_addr: str = "") -> RewindRequest:
+def rewind_write_to_store(*, rewind: RewindRequest, user, actor: Actor | None = None) -> RewindRequest:
     """For an approved rewind in store mode: write the target where the job will read it (a new
     HBase row, ZooKeeper nodes, the offset file, the Kafka group's offsets), only while the job is
     observed stopped. Verified later like any rewind: from the batch the write makes."""
@@ -574,9 +575,9 @@ def rewind_write_to_store(*, rewind: RewindRequest, user, remote_addr: str = "")
     plan = rewind_plan(pipeline=pipeline, kind=rewind.target_kind, spec=rewind.target_spec)
     if plan.problems:
         raise RewindRefused("the target is no longer valid: " + "; ".join(plan.problems), 409)
+    actor = actor or Actor.of_user(user)
     instance = f"dashboard store write by {user.username}"
-    claimed = rewind_claim_for_store(rewind=rewind, instance=instance, actor=user.username, actor_user_id=user.pk,
-                                     remote_addr=remote_addr)
+    claimed = rewind_claim_for_store(rewind=rewind, instance=instance, actor=actor)
     marker_ms = int(timezone.now().timestamp() * 1000)
     target = {int(p): o for p, o in rewind.target_offsets.items()}
     try:
@@ -587,14 +588,13 @@ def rewind_write_to_store(*, rewind: RewindRequest, user, remote_addr: str = "")
         # The client library's message may quote the store's URL or its password: masked.
         error = mask_secrets(f"writing the target into store {pipeline.store.name} failed: {exc}",
                              [pipeline.store.url, pipeline.store.cluster.bootstrap_servers])
-        return _finish(claimed, Status.FAILED, error, actor=user.username, actor_user_id=user.pk,
-                       remote_addr=remote_addr, details={"instance": instance})
+        return _finish(claimed, Status.FAILED, error, actor=actor, details={"instance": instance})
     return rewind_applied(pipeline=pipeline, rewind_id=rewind.pk, instance=instance, offsets=rewind.target_offsets,
-                          marker_batch_ms=marker_ms, actor=user.username, actor_user_id=user.pk, remote_addr=remote_addr)
+                          marker_batch_ms=marker_ms, actor=actor)
 
 
 def rewind_claim_for_store(
-    *, rewind: RewindRequest, instance: str, actor: str, actor_user_id: int | None = None, remote_addr: str = "",
+    *, rewind: RewindRequest, instance: str, actor: Actor,
 ) -> RewindRequest:
     now = timezone.now()
     with transaction.atomic():
@@ -605,6 +605,5 @@ def rewind_claim_for_store(
             raise RewindRefused(f"rewind #{rewind.pk} is {rewind.status}: only an approved, unexpired rewind can be "
                                 "written", 409)
         rewind.refresh_from_db()
-        _audit(rewind, "rewind.claimed", actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr,
-               details={"instance": instance})
+        _audit(rewind, "rewind.claimed", actor=actor, details={"instance": instance})
     return rewind

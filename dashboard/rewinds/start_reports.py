@@ -6,6 +6,7 @@ import logging
 
 from django.db import transaction
 
+from dashboard.audit.actor import Actor
 from dashboard.audit.services import audit_append
 from dashboard.models import (
     Pipeline,
@@ -20,8 +21,8 @@ class InvalidReport(ValueError):
 
 
 @transaction.atomic
-def start_report_record(*, pipeline: Pipeline, report: dict, actor: str = "system", remote_addr: str = "") -> StartReport:
-    """Record where a job started, audited (`actor`: the pipeline token, pipeline_token_actor); the
+def start_report_record(*, pipeline: Pipeline, report: dict, actor: Actor = Actor.SYSTEM) -> StartReport:
+    """Record where a job started, audited (`actor`: the pipeline token, Actor.of_job); the
     report must be for the token's own pipeline."""
     if not isinstance(report, dict):
         raise InvalidReport("the report must be a JSON object")
@@ -47,7 +48,7 @@ def start_report_record(*, pipeline: Pipeline, report: dict, actor: str = "syste
         clamped_partitions=len(clamps), messages_lost=lost,
     )
     audit_append(action="start_report.received", subject=f"start report #{start.pk} of {pipeline}", pipeline=pipeline,
-                 after=offsets, actor=actor, remote_addr=remote_addr,
+                 after=offsets, actor=actor,
                  details={"id": start.pk, "instance": str(report.get("instance", ""))[:300],
                           "first_start": start.first_start, "clamped_partitions": start.clamped_partitions,
                           "messages_lost": start.messages_lost})
