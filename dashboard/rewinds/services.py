@@ -29,6 +29,7 @@ from dashboard.monitoring.selectors import kafka_client_config
 from dashboard.notifications import services as notify
 from streamoffsets import rewind as rules
 from streamoffsets.evaluation import batch_interval_s, human_duration
+from streamoffsets.types import Offsets, OffsetsError
 from streamoffsets.urls import mask_secrets
 
 Status = RewindRequest.Status
@@ -48,18 +49,18 @@ class RewindRefused(Exception):
 
 @dataclass
 class Plan:
-    target: dict[int, int]
-    current: dict[int, int]
+    target: Offsets
+    current: Offsets
     watermarks: dict[int, tuple[int, int]]
     watermarks_at: datetime | None
     preview: rules.Preview
     problems: list[str]  # out-of-range partitions: a plan with problems cannot be requested or approved
 
 
-def pipeline_position(*, pipeline: Pipeline) -> tuple[dict[int, int], dict[int, tuple[int, int]], datetime | None]:
+def pipeline_position(*, pipeline: Pipeline) -> tuple[Offsets, dict[int, tuple[int, int]], datetime | None]:
     """The pipeline's committed offsets (newest stored batch) and its topic's newest watermarks."""
     newest = pipeline.batches.order_by("-batch_time_ms").values_list("offsets", flat=True).first() or {}
-    current = {int(p): o for p, o in newest.items()}
+    current = Offsets.from_json(newest)
     sample = (WatermarkSample.objects.filter(cluster_id=pipeline.store.cluster_id, topic=pipeline.topic)
               .order_by("-sampled_at").first())
     return current, (sample.watermarks() if sample else {}), (sample.sampled_at if sample else None)
@@ -77,7 +78,7 @@ def rewind_plan(*, pipeline: Pipeline, kind: str, spec: dict) -> Plan:
         batch = pipeline.batches.filter(batch_time_ms=spec.get("batch_time_ms")).values_list("offsets", flat=True).first()
         if batch is None:
             raise RewindRefused(f"no batch of this pipeline at {spec.get('batch_time_ms')!r} ms")
-        batch_offsets = {int(p): o for p, o in batch.items()}
+        batch_offsets = Offsets.from_json(batch)
     elif kind == "time" and spec.get("source") == "broker":
         batch_offsets = broker_offsets_for_time(pipeline=pipeline, time_ms=spec.get("time_ms"))
     elif kind == "time":
@@ -86,11 +87,12 @@ def rewind_plan(*, pipeline: Pipeline, kind: str, spec: dict) -> Plan:
                  .values_list("offsets", flat=True).first()) if isinstance(at_ms, int) else None
         if batch is None:
             raise RewindRefused(f"no batch of this pipeline at or before {_ms_text(at_ms)}: the history starts later")
-        batch_offsets = {int(p): o for p, o in batch.items()}
+        batch_offsets = Offsets.from_json(batch)
     try:
-        target = rules.resolve_target(kind, current=current, watermarks=watermarks, batch_offsets=batch_offsets,
-                                      offsets=_int_keys(spec.get("offsets")), shift=spec.get("shift"))
-    except rules.TargetError as exc:
+        explicit = None if spec.get("offsets") is None else Offsets.from_json(spec["offsets"])
+        target = Offsets(rules.resolve_target(kind, current=current, watermarks=watermarks,
+                                              batch_offsets=batch_offsets, offsets=explicit, shift=spec.get("shift")))
+    except (rules.TargetError, OffsetsError) as exc:
         raise RewindRefused(str(exc)) from None
     recent = list(pipeline.batches.order_by("-batch_time_ms").values_list("batch_time_ms", "records")[:20])[::-1]
     preview = rules.preview(target, current, watermarks, rules.processing_rate(recent))
@@ -111,14 +113,6 @@ def broker_offsets_for_time(*, pipeline: Pipeline, time_ms) -> dict[int, int]:
     except OffsetStoreError as exc:
         raise RewindRefused(mask_secrets(f"the broker's timestamp lookup failed: {exc}",
                                          [pipeline.store.cluster.bootstrap_servers]), 409) from None
-
-
-def _int_keys(offsets) -> dict[int, int] | None:
-    return None if offsets is None else {int(p): o for p, o in offsets.items()}
-
-
-def _str_keys(offsets: dict[int, int]) -> dict[str, int]:
-    return {str(p): o for p, o in sorted(offsets.items())}
 
 
 def _ms_text(ms) -> str:
@@ -151,7 +145,7 @@ def rewind_request(
         with transaction.atomic():
             rewind = RewindRequest.objects.create(
                 pipeline=pipeline, mode=mode, target_kind=kind, target_spec=spec,
-                target_offsets=_str_keys(plan.target), before_offsets=_str_keys(plan.current),
+                target_offsets=plan.target.to_json(), before_offsets=plan.current.to_json(),
                 preview=plan.preview.as_dict(), reason=reason.strip(), ticket_url=ticket_url,
                 requested_by=user, requested_at=now,
                 expires_at=now + timedelta(seconds=settings.REWIND_APPROVAL_TTL_S),
@@ -181,7 +175,7 @@ def rewind_decide(
         plan = rewind_plan(pipeline=rewind.pipeline, kind=rewind.target_kind, spec=rewind.target_spec)
         if plan.problems:
             raise RewindRefused("cannot approve: the target is no longer valid: " + "; ".join(plan.problems), 409)
-        if _str_keys(plan.target) != rewind.target_offsets:
+        if plan.target.to_json() != rewind.target_offsets:
             raise RewindRefused("cannot approve: the target resolves differently now than when it was requested; "
                                 "reject it and request again", 409)
     new_status = Status.APPROVED if approve else Status.REJECTED
@@ -374,7 +368,12 @@ def rewind_applied(
 ) -> RewindRequest:
     """The job started from `offsets` (having saved them to its store as the batch at
     `marker_batch_ms`). Offsets other than the target fail the rewind, with the difference."""
-    started = _offsets_payload(offsets)
+    try:
+        started = Offsets.from_json(offsets).to_json()
+    except OffsetsError:
+        started = {}
+    if not started:
+        raise RewindRefused("'offsets' must map partition ids to non-negative integers")
     now = timezone.now()
     with transaction.atomic():
         if not RewindRequest.objects.filter(pk=rewind_id, pipeline=pipeline, status=Status.CLAIMED,
@@ -411,14 +410,6 @@ def _job_rewind(pipeline: Pipeline, rewind_id: int) -> RewindRequest:
     if rewind is None:
         raise RewindRefused(f"no rewind #{rewind_id} for this pipeline", 404)
     return rewind
-
-
-def _offsets_payload(offsets) -> dict[str, int]:
-    if not isinstance(offsets, dict) or not offsets or not all(
-        str(p).isdigit() and isinstance(o, int) and not isinstance(o, bool) and o >= 0 for p, o in offsets.items()
-    ):
-        raise RewindRefused("'offsets' must map partition ids to non-negative integers")
-    return {str(int(p)): o for p, o in sorted(offsets.items(), key=lambda kv: int(kv[0]))}
 
 
 # --- verification (the collectors) ---------------------------------------------------------------------
@@ -579,7 +570,7 @@ def rewind_write_to_store(*, rewind: RewindRequest, user, actor: Actor | None = 
     instance = f"dashboard store write by {user.username}"
     claimed = rewind_claim_for_store(rewind=rewind, instance=instance, actor=actor)
     marker_ms = int(timezone.now().timestamp() * 1000)
-    target = {int(p): o for p, o in rewind.target_offsets.items()}
+    target = dict(Offsets.from_json(rewind.target_offsets))
     try:
         with open_store(pipeline.store.url, timeout_s=settings.IO_TIMEOUT_S,
                         kafka_config=kafka_client_config(cluster_name=pipeline.store.cluster.name)) as store:

@@ -12,6 +12,7 @@ from dashboard.models import (
     Pipeline,
     StartReport,
 )
+from streamoffsets.types import Offsets, OffsetsError
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +33,10 @@ def start_report_record(*, pipeline: Pipeline, report: dict, actor: Actor = Acto
             f"{pipeline.topic!r}/{pipeline.group!r}"
         )
     offsets = report.get("offsets")
-    if not isinstance(offsets, dict) or not all(
-        str(p).isdigit() and isinstance(o, int) and not isinstance(o, bool) and o >= 0 for p, o in offsets.items()
-    ):
-        raise InvalidReport("'offsets' must map partition ids to non-negative integers")
+    try:
+        Offsets.from_json(offsets if isinstance(offsets, dict) else [])  # checked; recorded as the job sent them
+    except OffsetsError:
+        raise InvalidReport("'offsets' must map partition ids to non-negative integers") from None
     clamps = report.get("clamps") or []
     if not isinstance(clamps, list) or not all(isinstance(c, dict) for c in clamps):
         raise InvalidReport("'clamps' must be a list of objects")
