@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.http import QueryDict
 
+from offsetwatch.lib.timefmt import local_minutes
 from streamoffsets.evaluation import Status
 
 RANGES = {
@@ -54,7 +55,7 @@ class TimeRange:
             return "all retained history"
         if self.preset:
             return f"last {RANGE_LABELS[self.preset]}"
-        return f"{_local(self.since)} to {_local(self.until)}"
+        return f"{local_minutes(self.since, time_zone())} to {local_minutes(self.until, time_zone())}"
 
     @property
     def slug(self) -> str:
@@ -66,17 +67,13 @@ class TimeRange:
 
     def inputs(self) -> tuple[str, str]:
         """The range's ends for datetime-local inputs (wall-clock time in settings.TIME_ZONE)."""
-        return _local(self.since, "T") if self.since else "", _local(self.until, "T")
+        return local_minutes(self.since, time_zone(), "T") if self.since else "", local_minutes(self.until, time_zone(), "T")
 
     def query(self) -> dict[str, str]:
         """The parameters that give this range again (for links)."""
         if self.preset:
             return {"range": self.preset}
-        return {"from": _local(self.since, "T"), "to": _local(self.until, "T")}
-
-
-def _local(at: datetime, sep: str = " ") -> str:
-    return at.astimezone(time_zone()).isoformat(sep=sep, timespec="minutes")[:16]
+        return {"from": local_minutes(self.since, time_zone(), "T"), "to": local_minutes(self.until, time_zone(), "T")}
 
 
 @dataclass(frozen=True)

@@ -67,3 +67,26 @@ def test_parsers_return_plain_values():
     assert params.epoch_ms("to", "1000") == 1000
     assert params.epoch_ms("to", "1970-01-01T00:00:01") == 1000  # no offset: UTC
     assert params.text("q", "abc", 3) == "abc" and params.choice("k", "a", ("a", "b")) == "a"
+
+
+def test_time_texts_are_the_ones_the_pages_files_and_api_always_wrote():
+    from datetime import datetime, timezone
+    from zoneinfo import ZoneInfo
+
+    from offsetwatch.lib import timefmt
+
+    at = datetime(2026, 11, 22, 13, 45, 1, 123456, tzinfo=timezone.utc)
+    paris = ZoneInfo("Europe/Paris")
+    ms = 1_795_355_101_123
+    assert timefmt.iso(at) == "2026-11-22T13:45:01.123456+00:00" and timefmt.iso(None) is None
+    assert timefmt.utc_seconds(at.astimezone(paris)) == "2026-11-22T13:45:01+00:00" and timefmt.utc_seconds(None) == "?"
+    assert timefmt.local_minutes(at, paris) == "2026-11-22 14:45"
+    assert timefmt.local_minutes(at, paris, "T") == "2026-11-22T14:45"
+    assert timefmt.ms_iso(ms) == "2026-11-22T13:45:01.123+00:00" and timefmt.ms_iso(None) is None
+    assert timefmt.ms_iso(10**17) is None  # beyond year 9999
+    assert timefmt.ms_datetime(ms) == datetime(2026, 11, 22, 13, 45, 1, 123000, tzinfo=timezone.utc)
+    assert timefmt.ms_text(ms) == "2026-11-22T13:45:01.123+00:00"
+    assert timefmt.ms_text(ms, "seconds") == "2026-11-22T13:45:01+00:00"
+    assert timefmt.ms_text(10**17) == f"{10**17} ms" and timefmt.ms_text("x") == "'x'"
+    assert timefmt.ms_local(ms, paris) == "2026-11-22T14:45:01.123+01:00"
+    assert timefmt.ms_clock(ms) == "2026-11-22 13:45:01.123" and timefmt.ms_clock(None) == "—"

@@ -24,6 +24,7 @@ from dashboard.rewinds.services import (
     rewind_job_failed,
 )
 from dashboard.rewinds.start_reports import InvalidReport, start_report_record
+from offsetwatch.lib.timefmt import iso
 
 
 def job_view(method: str):
@@ -81,8 +82,6 @@ def api_start_report(request, pipeline, payload):
 
 
 def rewind_json(rewind) -> dict:
-    def iso(value):
-        return value.isoformat() if value else None
     return {
         "id": rewind.pk, "pipeline": rewind.pipeline_id, "topic": rewind.pipeline.topic, "group": rewind.pipeline.group,
         "status": rewind.status, "mode": rewind.mode, "target_kind": rewind.target_kind,

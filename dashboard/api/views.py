@@ -4,8 +4,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import timedelta
 from functools import lru_cache, wraps
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from dashboard.monitoring.selectors import (
     pipeline_with_evaluation,
 )
 from offsetwatch.lib import downsample
+from offsetwatch.lib.timefmt import iso, ms_datetime, ms_iso
 from streamoffsets.urls import mask_secrets
 
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
@@ -162,25 +162,6 @@ def _pipeline(pipeline_id: int) -> Pipeline:
         raise ApiError(404, f"no pipeline with id {pipeline_id}") from None
 
 
-def _iso(value):
-    return value.isoformat() if value else None
-
-
-def _ms_datetime(ms: int) -> datetime:
-    """Epoch ms (from time_param: within params.EARLIEST..LATEST) as a UTC datetime; exact, where
-    fromtimestamp(ms / 1000) rounds through a float."""
-    return datetime(1970, 1, 1, tzinfo=dt_timezone.utc) + timedelta(milliseconds=ms)
-
-
-def _ms_iso(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    try:
-        return _ms_datetime(ms).isoformat(timespec="milliseconds")
-    except OverflowError:  # a time a store holds beyond year 9999: no ISO form (the ms are given too)
-        return None
-
-
 _PARTITION_FIELDS = ("partition", "committed", "low", "high", "lag", "state", "messages_lost", "lag_seconds",
                      "lag_method", "retention_margin", "retention_seconds_left", "lag_absent", "status",
                      "status_reason")
@@ -204,13 +185,13 @@ def pipeline_json(p: Pipeline) -> dict:
         "id": p.pk, "topic": p.topic, "group": p.group, "store": p.store.name, "store_kind": p.store.kind,
         "cluster": p.store.cluster.name,
         "status": e.status_name if e else None, "reasons": e.reasons if e else [],
-        "evaluated_at": _iso(e.evaluated_at) if e else None,
+        "evaluated_at": iso(e.evaluated_at) if e else None,
         "total_lag": e.total_lag if e else None, "lag_seconds": e.lag_seconds if e else None,
         "lag_seconds_method": e.lag_seconds_method if e else None,
         "retention_seconds_left": e.retention_seconds_left if e else None,
         "retention_margin": min(margins) if margins else None,
         "batch_interval_s": e.batch_interval_s if e else None,
-        "last_batch_ms": p.last_batch_ms, "last_batch_at": _ms_iso(p.last_batch_ms),
+        "last_batch_ms": p.last_batch_ms, "last_batch_at": ms_iso(p.last_batch_ms),
     }
 
 
@@ -240,7 +221,7 @@ def api_pipeline_partitions(request, pipeline_id: int):
     pipeline = _pipeline(pipeline_id)
     e = getattr(pipeline, "evaluation", None)
     return JsonResponse({
-        "pipeline": pipeline.pk, "evaluated_at": _iso(e.evaluated_at) if e else None,
+        "pipeline": pipeline.pk, "evaluated_at": iso(e.evaluated_at) if e else None,
         "partitions": [_partition_json(r) for r in (e.partitions if e else [])],
     })
 
@@ -257,9 +238,9 @@ def api_pipeline_batches(request, pipeline_id: int):
     batches, more = pipeline_batches_keyset(
         pipeline=pipeline, from_ms=from_ms, to_ms=to_ms, before_ms=before_ms, limit=limit)
     return JsonResponse({
-        "pipeline": pipeline.pk, "from": _ms_iso(from_ms), "to": _ms_iso(to_ms), "limit": limit,
+        "pipeline": pipeline.pk, "from": ms_iso(from_ms), "to": ms_iso(to_ms), "limit": limit,
         "batches": [
-            {"batch_time_ms": b.batch_time_ms, "batch_time": _ms_iso(b.batch_time_ms), "batch_id": b.batch_id,
+            {"batch_time_ms": b.batch_time_ms, "batch_time": ms_iso(b.batch_time_ms), "batch_id": b.batch_id,
              "committed": b.committed, "records": b.records, "offsets": b.offsets}
             for b in batches
         ],
@@ -274,9 +255,9 @@ def api_pipeline_lag(request, pipeline_id: int):
     method = _given(request, "method") or "minmax"
     if method not in ("minmax", "lttb"):
         raise params.BadParam("method", method, "is not a downsampling method; use minmax (keeps every spike) or lttb")
-    until = _ms_datetime(to_ms) if to_ms is not None else timezone.now()
+    until = ms_datetime(to_ms) if to_ms is not None else timezone.now()
     # Saturating: 'to' in year 1 has no hour before it.
-    since = _ms_datetime(from_ms) if from_ms is not None else params.shifted(until, -LAG_RANGE_DEFAULT)
+    since = ms_datetime(from_ms) if from_ms is not None else params.shifted(until, -LAG_RANGE_DEFAULT)
     if since > until:
         raise params.BadParam("from", request.GET["from"], f"is after 'to' ({request.GET.get('to', 'now')!r})")
     pipeline = _pipeline(pipeline_id)
@@ -284,7 +265,7 @@ def api_pipeline_lag(request, pipeline_id: int):
     reduce = downsample.minmax_buckets if method == "minmax" else downsample.lttb
     kept = reduce(raw, points)
     return JsonResponse({
-        "pipeline": pipeline.pk, "from": _iso(since), "to": _iso(until), "method": method,
+        "pipeline": pipeline.pk, "from": iso(since), "to": iso(until), "method": method,
         "max_points": points, "samples": len(raw), "points": [[x, y] for x, y in kept],
     })
 
@@ -293,7 +274,7 @@ def _collector_part_json(part, now) -> dict:
     since = part.seconds_since(now)
     return {
         "source": part.source, "label": part.label, "up": part.up, "healthy": part.up is not False,
-        "detail": part.detail, "last_seen_at": _iso(part.last_seen_at),
+        "detail": part.detail, "last_seen_at": iso(part.last_seen_at),
         "seconds_since_last_seen": round(since, 1) if since is not None else None,
     }
 
@@ -308,7 +289,7 @@ def api_collectors(request):
     return JsonResponse({
         "healthy": status.healthy,
         "down": [p.name for p in status.down],
-        "checked_at": _iso(now),
+        "checked_at": iso(now),
         "collectors": [_collector_part_json(p, now) for p in status.parts],
         "queued": status.queued,
         "sources": [
@@ -318,9 +299,9 @@ def api_collectors(request):
                 "source": h.source, "label": mask_secrets(h.label), "healthy": h.healthy, "state": h.state,
                 "problem": mask_secrets(h.problem) or None,
                 "seconds_since_last_poll": round(h.poll_age_s, 1) if h.poll_age_s is not None else None,
-                "last_attempt_at": _iso(h.last_attempt_at), "last_success_at": _iso(h.last_success_at),
+                "last_attempt_at": iso(h.last_attempt_at), "last_success_at": iso(h.last_success_at),
                 "last_duration_ms": h.last_duration_ms, "consecutive_failures": h.consecutive_failures,
-                "last_error": mask_secrets(h.last_error) or None, "last_error_at": _iso(h.last_error_at),
+                "last_error": mask_secrets(h.last_error) or None, "last_error_at": iso(h.last_error_at),
                 "last_error_by": (h.last_error_by or "source") if h.consecutive_failures else None,
                 "warning": mask_secrets(h.warning) or None,
             }

@@ -27,6 +27,7 @@ from dashboard.audit.services import audit_append
 from dashboard.models import Batch, Pipeline, RewindRequest, WatermarkSample
 from dashboard.monitoring.selectors import kafka_client_config
 from dashboard.notifications import services as notify
+from offsetwatch.lib.timefmt import ms_text, utc_seconds
 from streamoffsets import rewind as rules
 from streamoffsets.evaluation import batch_interval_s, human_duration
 from streamoffsets.types import Offsets, OffsetsError
@@ -86,7 +87,7 @@ def rewind_plan(*, pipeline: Pipeline, kind: str, spec: dict) -> Plan:
         batch = (pipeline.batches.filter(batch_time_ms__lte=at_ms, committed=True).order_by("-batch_time_ms")
                  .values_list("offsets", flat=True).first()) if isinstance(at_ms, int) else None
         if batch is None:
-            raise RewindRefused(f"no batch of this pipeline at or before {_ms_text(at_ms)}: the history starts later")
+            raise RewindRefused(f"no batch of this pipeline at or before {ms_text(at_ms, 'seconds')}: the history starts later")
         batch_offsets = Offsets.from_json(batch)
     try:
         explicit = None if spec.get("offsets") is None else Offsets.from_json(spec["offsets"])
@@ -113,12 +114,6 @@ def broker_offsets_for_time(*, pipeline: Pipeline, time_ms) -> dict[int, int]:
     except OffsetStoreError as exc:
         raise RewindRefused(mask_secrets(f"the broker's timestamp lookup failed: {exc}",
                                          [pipeline.store.cluster.bootstrap_servers]), 409) from None
-
-
-def _ms_text(ms) -> str:
-    if not isinstance(ms, int):
-        return repr(ms)
-    return datetime.fromtimestamp(ms / 1000, tz=dt_timezone.utc).isoformat(timespec="seconds")
 
 
 # --- people: request, decide, cancel ---------------------------------------------------------------------
@@ -224,16 +219,16 @@ def _cancel_stuck_claim(*, rewind: RewindRequest, user, now: datetime, actor: Ac
         if not RewindRequest.objects.filter(pk=rewind.pk, status=Status.CLAIMED, claimed_by=holder, claimed_at=at,
                                             claimed_at__lte=lease_limit(now)).update(
                 status=Status.CANCELLED, finished_at=now,
-                outcome=f"cancelled by {user.username} while claimed by {holder} since {_iso(at)} with no `applied` "
+                outcome=f"cancelled by {user.username} while claimed by {holder} since {utc_seconds(at)} with no `applied` "
                         "report: if that job did apply it, the store holds the target"):
             rewind.refresh_from_db()
             if rewind.status == Status.CLAIMED and rewind.claimed_at > lease_limit(now):
                 raise RewindRefused(f"rewind #{rewind.pk} is claimed by {rewind.claimed_by} and its lease runs until "
-                                    f"{_iso(claim_lease_expires_at(rewind))}: it can be cancelled after that", 409)
+                                    f"{utc_seconds(claim_lease_expires_at(rewind))}: it can be cancelled after that", 409)
             raise RewindRefused(f"rewind #{rewind.pk} is {rewind.status}: it can no longer be cancelled", 409)
         rewind.refresh_from_db()
         _audit(rewind, "rewind.cancelled", actor=actor,
-               details={"was": Status.CLAIMED, "claimed_by": holder, "claimed_at": _iso(at)})
+               details={"was": Status.CLAIMED, "claimed_by": holder, "claimed_at": utc_seconds(at)})
     return rewind
 
 
@@ -255,7 +250,7 @@ def rewinds_expire(*, now: datetime | None = None) -> int:
     for rewind in RewindRequest.objects.filter(status=Status.CLAIMED, claimed_at__lte=limit_claimed(now)):
         if _settle_claim_from_marker(rewind):
             continue
-        _finish(rewind, Status.FAILED, f"claimed by {rewind.claimed_by} at {_iso(rewind.claimed_at)}; no `applied` "
+        _finish(rewind, Status.FAILED, f"claimed by {rewind.claimed_by} at {utc_seconds(rewind.claimed_at)}; no `applied` "
                                        "report and no batch at the target (the job's marker) seen in the store "
                                        f"within {human_duration(settings.REWIND_VERIFY_TIMEOUT_S)}: check the job's "
                                        "log; request the rewind again if it is still needed")
@@ -339,8 +334,8 @@ def rewind_claim(
         rewind.refresh_from_db()
     why = "its approval expired" if rewind.status == Status.APPROVED else f"it is {rewind.status}"
     if rewind.status == Status.CLAIMED:
-        why = (f"{rewind.claimed_by} claimed it at {_iso(rewind.claimed_at)} and its lease runs until "
-               f"{_iso(claim_lease_expires_at(rewind))}")
+        why = (f"{rewind.claimed_by} claimed it at {utc_seconds(rewind.claimed_at)} and its lease runs until "
+               f"{utc_seconds(claim_lease_expires_at(rewind))}")
     elif rewind.status in (Status.APPLIED, Status.VERIFIED) and rewind.claimed_by:
         why += f" (applied by {rewind.claimed_by})"
     raise RewindRefused(f"rewind #{rewind_id} cannot be claimed: {why}", 409)
@@ -356,7 +351,7 @@ def _take_over(rewind: RewindRequest, *, instance: str, actor: Actor, now: datet
                                 f"{' by ' + rewind.claimed_by if rewind.claimed_by else ''} (taken over meanwhile)", 409)
         rewind.refresh_from_db()
         _audit(rewind, "rewind.claim_taken_over", actor=actor,
-               details={"instance": instance, "previous_claimed_by": holder, "previous_claimed_at": _iso(at),
+               details={"instance": instance, "previous_claimed_by": holder, "previous_claimed_at": utc_seconds(at),
                         "lease_s": settings.REWIND_CLAIM_LEASE_S,
                         "why": "no `applied` report within the claim's lease"})
     return rewind
@@ -436,18 +431,18 @@ def rewinds_verify(*, pipeline_ids: list[int]) -> int:
         if batch_ms == rewind.marker_batch_ms:
             if offsets == target:
                 _finish(rewind, Status.VERIFIED, f"the job's first batch after the restart starts at the target "
-                                                 f"(batch {_ms_text(batch_ms)})")
+                                                 f"(batch {ms_text(batch_ms, 'seconds')})")
             else:
-                _finish(rewind, Status.FAILED, f"the batch that should start at the target ({_ms_text(batch_ms)}) "
+                _finish(rewind, Status.FAILED, f"the batch that should start at the target ({ms_text(batch_ms, 'seconds')}) "
                                                f"differs: {_difference(target, offsets)}")
         else:
             behind = {p: o for p, o in offsets.items() if p in target and o < target[p]}
             if behind:
-                _finish(rewind, Status.FAILED, f"the first batch after the rewind ({_ms_text(batch_ms)}) is behind the "
+                _finish(rewind, Status.FAILED, f"the first batch after the rewind ({ms_text(batch_ms, 'seconds')}) is behind the "
                                                f"target: {_difference(target, offsets)}")
             else:
                 _finish(rewind, Status.VERIFIED, f"the store moved past the start before a poll saw it; its first batch "
-                                                 f"after the rewind ({_ms_text(batch_ms)}) continues from the target")
+                                                 f"after the rewind ({ms_text(batch_ms, 'seconds')}) continues from the target")
         settled += 1
     return settled
 
@@ -464,8 +459,8 @@ def _settle_claim_from_marker(rewind: RewindRequest) -> bool:
     if marker_ms is None:
         return False
     holder, at = rewind.claimed_by, rewind.claimed_at
-    note = (f"the `applied` report of {holder} (claimed at {_iso(at)}) never arrived; the store's batch at "
-            f"{_ms_text(marker_ms)} holds exactly the target: the job's marker")
+    note = (f"the `applied` report of {holder} (claimed at {utc_seconds(at)}) never arrived; the store's batch at "
+            f"{ms_text(marker_ms, 'seconds')} holds exactly the target: the job's marker")
     with transaction.atomic():
         if not RewindRequest.objects.filter(pk=rewind.pk, status=Status.CLAIMED, claimed_by=holder, claimed_at=at).update(
                 status=Status.APPLIED, marker_batch_ms=marker_ms, applied_offsets=rewind.target_offsets,
@@ -475,12 +470,8 @@ def _settle_claim_from_marker(rewind: RewindRequest) -> bool:
         _audit(rewind, "rewind.applied", actor=Actor.SYSTEM, details={"note": note, "claimed_by": holder,
                                                                   "marker_batch_ms": marker_ms})
         _finish(rewind, Status.VERIFIED, f"the job's first batch after the restart starts at the target (batch "
-                                         f"{_ms_text(marker_ms)}); its `applied` report never arrived: {note}")
+                                         f"{ms_text(marker_ms, 'seconds')}); its `applied` report never arrived: {note}")
     return True
-
-
-def _iso(value: datetime | None) -> str:
-    return value.astimezone(dt_timezone.utc).isoformat(timespec="seconds") if value else "?"
 
 
 def _difference(target: dict[str, int], actual: dict[str, int]) -> str:
