@@ -85,7 +85,7 @@ class OffsetsError(ValueError):
 class Offsets(Mapping[int, int]):
     """Partition -> offset, as the code uses it: int keys, in partition order, every offset a
     non-negative int64. JSON (the JSONFields, the API) has text keys: `from_json` / `to_json`
-    convert, so no caller writes {int(p): o ...} or {str(p): o ...} by hand."""
+    convert, so callers do not convert the keys by hand."""
 
     __slots__ = ("_by_partition",)
 
