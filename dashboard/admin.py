@@ -13,7 +13,8 @@ from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
 from dashboard.accounts.tokens import api_token_revoke, pipeline_token_revoke
-from dashboard.audit.services import audit_append, changed_values, model_snapshot, request_actor
+from dashboard.audit.actor import Actor
+from dashboard.audit.services import audit_append, changed_values, model_snapshot
 from dashboard.models import ApiToken, Cluster, Incident, Pipeline, PipelineToken, SourceHealth, StartReport, Store, StoreProblem
 from dashboard.monitoring.forms import StoreAdminForm
 
@@ -103,12 +104,12 @@ class AuditedAdmin(AuditedDeletionMixin, admin.ModelAdmin):
             details.update(list_changes(before, after))
         audit_append(action=f"{self.audit_kind}.{'changed' if change else 'created'}",
                      subject=self.audit_subject(obj), pipeline=self.audit_pipeline(obj), before=before,
-                     after=after, details=details, **request_actor(request))
+                     after=after, details=details, actor=Actor.of_request(request))
 
     def _audit_deletion(self, request, obj) -> None:
         audit_append(action=f"{self.audit_kind}.deleted", subject=self.audit_subject(obj),
                      pipeline=self.audit_pipeline(obj), before=self.audit_snapshot(obj), after=None,
-                     details={"id": obj.pk, **self.audit_deletion_details(obj)}, **request_actor(request))
+                     details={"id": obj.pk, **self.audit_deletion_details(obj)}, actor=Actor.of_request(request))
 
     def audit_deletion_details(self, obj) -> dict:
         return {}
@@ -199,7 +200,7 @@ class TokenAdmin(AuditedAdmin):
         count = 0
         with transaction.atomic():
             for token in queryset.filter(revoked_at=None):
-                revoke(token=token, **request_actor(request))
+                revoke(token=token, actor=Actor.of_request(request))
                 count += 1
         self.message_user(request, f"revoked {count} token(s)", messages.SUCCESS)
 
@@ -281,14 +282,14 @@ class AuditedUserAdmin(AuditedAdmin, UserAdmin):
         if not change:
             audit_append(action="user.created", subject=self.audit_subject(obj),
                          after={**after, "password": "set" if obj.has_usable_password() else "none"},
-                         details={"user_id": obj.pk}, **request_actor(request))
+                         details={"user_id": obj.pk}, actor=Actor.of_request(request))
             return
         before, after = changed_values(before or {}, after)
         for action, keys in (("user.changed", set(after) - _USER_ACCESS), ("user.roles_changed", set(after) & _USER_ACCESS)):
             if keys:
                 old, new = {k: before[k] for k in before if k in keys}, {k: after[k] for k in after if k in keys}
                 audit_append(action=action, subject=self.audit_subject(obj), before=old, after=new,
-                             details={"user_id": obj.pk, **list_changes(old, new)}, **request_actor(request))
+                             details={"user_id": obj.pk, **list_changes(old, new)}, actor=Actor.of_request(request))
 
     def user_change_password(self, request, id, form_url=""):
         with transaction.atomic():  # the new password and its event commit together
@@ -298,12 +299,12 @@ class AuditedUserAdmin(AuditedAdmin, UserAdmin):
                 user = User.objects.get(pk=id)
                 audit_append(action="user.password_changed", subject=f"user {user.get_username()}",
                              after={"password": "set" if user.has_usable_password() else "none"},
-                             details={"user_id": user.pk}, **request_actor(request))
+                             details={"user_id": user.pk}, actor=Actor.of_request(request))
         return response
 
     def _audit_deletion(self, request, obj) -> None:
         audit_append(action="user.deleted", subject=self.audit_subject(obj), before=self.audit_snapshot(obj),
-                     details={"user_id": obj.pk}, **request_actor(request))
+                     details={"user_id": obj.pk}, actor=Actor.of_request(request))
 
 
 @admin.register(Group)
@@ -333,7 +334,6 @@ def register_lockout_admin() -> None:
     from django.contrib import admin
 
     from dashboard.accounts.lockout import attempt_subject, unlocking_by
-    from dashboard.audit.services import request_actor
 
     class AuditedAccessAttemptAdmin(ReadOnlyAuditedAdmin, AccessAttemptAdmin):
         audit_kind = "login_attempt"
@@ -342,11 +342,11 @@ def register_lockout_admin() -> None:
             return f"login attempts {attempt_subject(obj.username or '', obj.ip_address)}"
 
         def delete_model(self, request, obj):
-            with unlocking_by(**request_actor(request)):
+            with unlocking_by(Actor.of_request(request)):
                 super().delete_model(request, obj)
 
         def delete_queryset(self, request, queryset):
-            with unlocking_by(**request_actor(request)):
+            with unlocking_by(Actor.of_request(request)):
                 super().delete_queryset(request, queryset)
 
     class AuditedAccessFailureLogAdmin(ReadOnlyAuditedAdmin, AccessFailureLogAdmin):

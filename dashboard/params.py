@@ -1,7 +1,10 @@
-"""Query parameters of the chart and export views, validated into plain values.
+"""The one parser of what people and clients type: query parameters of the pages, chart and export
+URLs and the API, and the fields of the forms, validated into plain values.
 
-Every bad value is a BadParam naming the parameter, the value and what is accepted: the views
-answer 400 with that message, never a 500.
+Every bad value is one error, a BadParam naming the parameter, the value and what is accepted:
+the pages answer 400 with its message (web.views._bad_param), the API a JSON 400 with "invalid "
+before it (api.views.api_view), the forms show its `detail` next to the field (form_value).
+Never a 500.
 """
 from __future__ import annotations
 
@@ -13,6 +16,9 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.http import QueryDict
+
+from offsetwatch.lib.timefmt import local_minutes
+from streamoffsets.evaluation import Status
 
 RANGES = {
     "15m": timedelta(minutes=15), "1h": timedelta(hours=1), "6h": timedelta(hours=6),
@@ -49,7 +55,7 @@ class TimeRange:
             return "all retained history"
         if self.preset:
             return f"last {RANGE_LABELS[self.preset]}"
-        return f"{_local(self.since)} to {_local(self.until)}"
+        return f"{local_minutes(self.since, time_zone())} to {local_minutes(self.until, time_zone())}"
 
     @property
     def slug(self) -> str:
@@ -61,17 +67,13 @@ class TimeRange:
 
     def inputs(self) -> tuple[str, str]:
         """The range's ends for datetime-local inputs (wall-clock time in settings.TIME_ZONE)."""
-        return _local(self.since, "T") if self.since else "", _local(self.until, "T")
+        return local_minutes(self.since, time_zone(), "T") if self.since else "", local_minutes(self.until, time_zone(), "T")
 
     def query(self) -> dict[str, str]:
         """The parameters that give this range again (for links)."""
         if self.preset:
             return {"range": self.preset}
-        return {"from": _local(self.since, "T"), "to": _local(self.until, "T")}
-
-
-def _local(at: datetime, sep: str = " ") -> str:
-    return at.astimezone(time_zone()).isoformat(sep=sep, timespec="minutes")[:16]
+        return {"from": local_minutes(self.since, time_zone(), "T"), "to": local_minutes(self.until, time_zone(), "T")}
 
 
 @dataclass(frozen=True)
@@ -92,11 +94,15 @@ def single(query: QueryDict, name: str) -> str:
     return values[0] if values else ""
 
 
-def _choice(query: QueryDict, name: str, choices: tuple[str, ...], default: str) -> str:
-    value = single(query, name) or default
+def choice(name: str, value: str, choices) -> str:
+    """`value` if it is one of `choices` (the message lists them)."""
     if value not in choices:
         raise BadParam(name, value, f"is not one of {', '.join(choices)}")
     return value
+
+
+def _choice(query: QueryDict, name: str, choices: tuple[str, ...], default: str) -> str:
+    return choice(name, single(query, name) or default, choices)
 
 
 # --- the shared parsers: every page, chart URL, export, API parameter and audit filter ---------
@@ -161,6 +167,46 @@ def whole_number(name: str, value: str, lo: int, hi: int) -> int:
     return int(raw)
 
 
+def text(name: str, value: str, max_chars: int) -> str:
+    """Text to match against what we store: at most `max_chars` (longer cannot match anything) and
+    no NUL (PostgreSQL cannot hold one)."""
+    if "\x00" in value or len(value) > max_chars:
+        raise BadParam(name, value, f"must be at most {max_chars} characters without NUL")
+    return value
+
+
+def statuses(name: str, value: str) -> list[int]:
+    """Comma-separated status names (any case) as their numbers: `warn,critical` -> [1, 2]."""
+    names = [part.strip().upper() for part in value.split(",") if part.strip()]
+    if not names or any(n not in Status.__members__ for n in names):
+        raise BadParam(name, value, f"is not a status; use one or more (comma-separated) of "
+                                    f"{', '.join(Status.__members__)}")
+    return [int(Status[n]) for n in names]
+
+
+# The last instant Python can represent (9999-12-31T23:59:59.999Z): a larger epoch ms is refused;
+# those up to it are clamped to LATEST like an ISO time.
+MAX_MS = 253_402_300_799_999
+LATEST_MS = int(LATEST.timestamp() * 1000)
+_DIGITS = re.compile(r"[0-9]+", re.ASCII)  # int() also accepts Arabic-Indic and other digits
+EPOCH_MS_OR_TIME = ("is not an ISO-8601 time from year 1 to 9999 (2024-05-01T12:00:00Z) or epoch "
+                    "milliseconds (a '+' in a URL must be sent as %2B)")
+
+
+def epoch_ms(name: str, value: str) -> int:
+    """An instant as epoch milliseconds, given as epoch ms (ASCII digits) or ISO 8601 (UTC where it
+    names no offset; `instant`: clamped to EARLIEST..LATEST). The API's times."""
+    if _DIGITS.fullmatch(value):
+        if len(value) > 15 or int(value) > MAX_MS:
+            raise BadParam(name, value, f"is beyond the last representable instant ({MAX_MS} ms)")
+        return min(int(value), LATEST_MS)
+    try:
+        at = instant(name, value, naive_tz=dt_timezone.utc)
+    except BadParam:
+        raise BadParam(name, value, EPOCH_MS_OR_TIME) from None
+    return int(at.timestamp() * 1000)
+
+
 def _datetime(query: QueryDict, name: str) -> datetime | None:
     raw = single(query, name)
     return instant(name, raw) if raw.strip() else None
@@ -219,13 +265,14 @@ def parse_int(query: QueryDict, name: str, *, default: int | None, low: int, hig
     return whole_number(name, raw, low, high)
 
 
-def form_whole_number(name: str, raw: str, lo: int, hi: int) -> int | None:
-    """whole_number for a form field: None when empty, a form ValidationError (named) when bad."""
+def form_value(parse, name: str, raw: str, *args, **kwargs):
+    """parse(name, raw, *args, **kwargs) for a form field's clean_<name>: None when the field is
+    empty, the BadParam as the field's ValidationError (its message less the name the form shows)."""
     from django import forms
 
     if not raw:
         return None
     try:
-        return whole_number(name, raw, lo, hi)
+        return parse(name, raw, *args, **kwargs)
     except BadParam as exc:
         raise forms.ValidationError(exc.detail) from None

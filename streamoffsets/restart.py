@@ -39,7 +39,7 @@ from typing import Callable, Literal
 
 from streamoffsets.dashboard_client import DashboardClient, DashboardError, instance_id
 from streamoffsets.rewind import check_target
-from streamoffsets.types import BatchOffsets, Watermarks
+from streamoffsets.types import BatchOffsets, Offsets, Watermarks
 
 log = logging.getLogger("offsetwatch.restart")
 
@@ -115,19 +115,21 @@ class StartPlan:
     def report(self) -> dict:
         """The structured report a job logs and sends to the dashboard."""
         data = asdict(self)
-        data["offsets"] = {str(p): o for p, o in sorted(self.offsets.items())}
-        data["stored"] = None if self.stored is None else {str(p): o for p, o in sorted(self.stored.items())}
+        data["offsets"] = Offsets(self.offsets).to_json()
+        data["stored"] = None if self.stored is None else _stored_json(self.stored)
         if self.rewind is not None:
             data["rewind"] = {
                 "id": self.rewind.id, "marker_batch_ms": self.rewind.marker_batch_ms,
-                "before": None if self.rewind.before is None else _str_keys(self.rewind.before),
-                "target": _str_keys(self.rewind.target),
+                "before": None if self.rewind.before is None else _stored_json(self.rewind.before),
+                "target": Offsets(self.rewind.target).to_json(),
             }
         return data
 
 
-def _str_keys(offsets: dict[int, int]) -> dict[str, int]:
-    return {str(p): o for p, o in sorted(offsets.items())}
+def _stored_json(stored: dict[int, int]) -> dict[str, int]:
+    """What the store held, keyed as JSON: not an Offsets, as it may hold a negative sentinel
+    (Spark's -1/-2), reported as read."""
+    return {str(p): o for p, o in sorted(stored.items())}
 
 
 def spark_starting_offsets_json(topic: str, offsets: dict[int, int]) -> str:

@@ -29,6 +29,7 @@ from django.dispatch import receiver
 from django.shortcuts import render
 from django.utils import timezone
 
+from dashboard.audit.actor import Actor
 from dashboard.audit.services import audit_append
 from dashboard.models import AuditEvent
 
@@ -37,7 +38,7 @@ UNLOCKED = "login.unlocked"
 
 # The person or command removing lockouts right now (set around the admin's and the commands'
 # deletions); a deletion with none set was done by code we do not know of, and says so.
-_unlocker: contextvars.ContextVar[dict | None] = contextvars.ContextVar("offsetwatch_unlocker", default=None)
+_unlocker: contextvars.ContextVar[Actor | None] = contextvars.ContextVar("offsetwatch_unlocker", default=None)
 
 
 def client_address(request) -> str | None:
@@ -121,16 +122,16 @@ def audit_locked_out(sender, request, username, ip_address, **kwargs):
     if _latest_event(subject) == LOCKED_OUT:  # (after an unlock, a new lockout is a new event)
         return
     audit_append(
-        actor="anonymous", remote_addr=ip_address or "", action=LOCKED_OUT, subject=subject,
+        actor=Actor("anonymous", None, ip_address or ""), action=LOCKED_OUT, subject=subject,
         details={"username": username, "ip_address": ip_address,
                  "failures": getattr(request, "axes_failures_since_start", None), "cooloff_seconds": cooloff_seconds()},
     )
 
 
 @contextmanager
-def unlocking_by(*, actor: str, actor_user_id: int | None = None, remote_addr: str = ""):
+def unlocking_by(actor: Actor):
     """Name who removes lockouts inside this block (the admin's request, a command)."""
-    token = _unlocker.set({"actor": actor, "actor_user_id": actor_user_id, "remote_addr": remote_addr})
+    token = _unlocker.set(actor)
     try:
         yield
     finally:
@@ -163,8 +164,8 @@ def audit_unlocked(sender, instance: AccessAttempt, **kwargs):
     subject = attempt_subject(username, instance.ip_address)
     if _latest_event(subject) == UNLOCKED:  # another row of the same pair, in the same deletion
         return
-    who = _unlocker.get() or {"actor": "unknown (attempts deleted outside the admin and manage.py axes_reset*)"}
+    who = _unlocker.get() or Actor("unknown (attempts deleted outside the admin and manage.py axes_reset*)")
     audit_append(
-        **who, action=UNLOCKED, subject=subject,
+        actor=who, action=UNLOCKED, subject=subject,
         details={"username": username, "ip_address": instance.ip_address, "failures": pair["failures"]},
     )

@@ -11,6 +11,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from dashboard.audit.actor import Actor
 from dashboard.audit.services import audit_append
 from dashboard.models import (
     ApiToken,
@@ -39,7 +40,7 @@ def _token_new(prefix: str) -> str:
 
 @transaction.atomic
 def pipeline_token_issue(
-    *, pipeline: Pipeline, name: str, actor: str = "system", actor_user_id: int | None = None, remote_addr: str = "",
+    *, pipeline: Pipeline, name: str, actor: Actor = Actor.SYSTEM,
 ) -> tuple[PipelineToken, str]:
     """A new token for a pipeline's job. The plain token is returned once and never stored; the
     audit event names its prefix only."""
@@ -47,13 +48,13 @@ def pipeline_token_issue(
     token = PipelineToken.objects.create(pipeline=pipeline, name=name, token_hash=token_hash(plain), prefix=plain[:12])
     audit_append(action="token.issued", subject=f"pipeline token {token.prefix}… ({name}) for {pipeline}",
                  pipeline=pipeline, after={"kind": "pipeline", "prefix": token.prefix, "name": name},
-                 actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr)
+                 actor=actor)
     return token, plain
 
 
 @transaction.atomic
 def pipeline_token_revoke(
-    *, token: PipelineToken, actor: str = "system", actor_user_id: int | None = None, remote_addr: str = "",
+    *, token: PipelineToken, actor: Actor = Actor.SYSTEM,
 ) -> None:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
@@ -61,13 +62,12 @@ def pipeline_token_revoke(
         audit_append(action="token.revoked", subject=f"pipeline token {token.prefix}… ({token.name}) for {token.pipeline}",
                      pipeline=token.pipeline, before={"revoked_at": None},
                      after={"revoked_at": token.revoked_at.isoformat()},
-                     actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr)
+                     actor=actor)
 
 
 @transaction.atomic
 def pipeline_get_or_declare(
-    *, store: Store, topic: str, group: str, actor: str = "system", actor_user_id: int | None = None,
-    remote_addr: str = "",
+    *, store: Store, topic: str, group: str, actor: Actor = Actor.SYSTEM,
 ) -> tuple[Pipeline, bool]:
     """The pipeline, declared by a person before the collectors discovered it (so its job can
     report from its first start); a declaration is audited, a discovery by the collectors is not."""
@@ -75,7 +75,7 @@ def pipeline_get_or_declare(
     if created:
         audit_append(action="pipeline.declared", subject=f"pipeline {pipeline} in store {store.name}", pipeline=pipeline,
                      after={"store": store.name, "topic": topic, "group": group},
-                     actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr)
+                     actor=actor)
     return pipeline, created
 
 
@@ -99,7 +99,7 @@ API_TOKEN_TOUCH_EVERY = timedelta(seconds=60)
 
 @transaction.atomic
 def api_token_issue(
-    *, user, name: str, actor: str = "system", actor_user_id: int | None = None, remote_addr: str = "",
+    *, user, name: str, actor: Actor = Actor.SYSTEM,
 ) -> tuple[ApiToken, str]:
     """A new API token acting as `user`. The plain token is returned once and never stored; the
     audit event names its prefix only."""
@@ -108,13 +108,13 @@ def api_token_issue(
     audit_append(action="token.issued", subject=f"API token {token.prefix}… ({name}) acting as {user.get_username()}",
                  after={"kind": "api", "prefix": token.prefix, "name": name, "user": user.get_username()},
                  details={"user_id": user.pk},
-                 actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr)
+                 actor=actor)
     return token, plain
 
 
 @transaction.atomic
 def api_token_revoke(
-    *, token: ApiToken, actor: str = "system", actor_user_id: int | None = None, remote_addr: str = "",
+    *, token: ApiToken, actor: Actor = Actor.SYSTEM,
 ) -> None:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
@@ -123,7 +123,7 @@ def api_token_revoke(
                      subject=f"API token {token.prefix}… ({token.name}) acting as {token.user.get_username()}",
                      before={"revoked_at": None}, after={"revoked_at": token.revoked_at.isoformat()},
                      details={"user_id": token.user_id},
-                     actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr)
+                     actor=actor)
 
 
 def api_token_user(*, token: str):

@@ -6,6 +6,7 @@ import logging
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from dashboard.audit.actor import Actor
 from dashboard.audit.services import audit_append, changed_values
 
 log = logging.getLogger(__name__)
@@ -18,7 +19,7 @@ class InvalidUser(ValueError):
 @transaction.atomic
 def user_create_or_update(
     *, username: str, roles: list[str], password: str | None = None, email: str | None = None,
-    actor: str = "system", actor_user_id: int | None = None, remote_addr: str = "",
+    actor: Actor = Actor.SYSTEM,
 ) -> tuple[object, bool]:
     """Create a user or update an existing one: its role groups become exactly `roles` (other
     groups are kept), the password and email are set when given. Returns (user, created).
@@ -71,7 +72,7 @@ def user_create_or_update(
     if created:
         after["password"] = "set" if password is not None else "none (API tokens only)"
         audit_append(action="user.created", subject=f"user {username}", after=after, details={"user_id": user.pk},
-                     actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr)
+                     actor=actor)
     else:
         before, after = changed_values(before, after)
         if password is not None:
@@ -80,5 +81,5 @@ def user_create_or_update(
         if after:
             audit_append(action="user.roles_changed" if "roles" in after else "user.changed",
                          subject=f"user {username}", before=before, after=after, details={"user_id": user.pk},
-                         actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr)
+                         actor=actor)
     return user, created

@@ -15,6 +15,7 @@ from dashboard.accounts.roles import bearer_token
 from dashboard.accounts.tokens import pipeline_token_actor, pipeline_token_for
 from dashboard.api import payloads
 from dashboard.api.views import json_error
+from dashboard.audit.actor import Actor
 from dashboard.rewinds.services import (
     RewindRefused,
     claim_lease_expires_at,
@@ -25,6 +26,7 @@ from dashboard.rewinds.services import (
     rewind_job_failed,
 )
 from dashboard.rewinds.start_reports import InvalidReport, start_report_record
+from offsetwatch.lib.timefmt import iso
 
 
 def job_view(method: str):
@@ -44,7 +46,7 @@ def job_view(method: str):
                 return json_error(401, "unknown or revoked pipeline token")
             pipeline = found.pipeline
             # The audit actor of whatever the job does: its token, never what the body says it is.
-            request.job_actor = pipeline_token_actor(found)
+            request.job_actor = Actor.of_job(pipeline_token_actor(found), request)
             if request.method != method:
                 response = json_error(405, f"method {request.method} is not allowed here; use {method}")
                 response["Allow"] = method
@@ -75,16 +77,13 @@ def job_view(method: str):
 def api_start_report(request, pipeline, payload):
     payloads.start_report(payload)  # every field checked, named when refused (PayloadError: 400)
     try:
-        report = start_report_record(pipeline=pipeline, report=payload, actor=request.job_actor,
-                                              remote_addr=_remote(request))
+        report = start_report_record(pipeline=pipeline, report=payload, actor=request.job_actor)
     except InvalidReport as exc:
         return json_error(400, str(exc))
     return JsonResponse({"id": report.pk, "pipeline": pipeline.pk}, status=201)
 
 
 def rewind_json(rewind) -> dict:
-    def iso(value):
-        return value.isoformat() if value else None
     return {
         "id": rewind.pk, "pipeline": rewind.pipeline_id, "topic": rewind.pipeline.topic, "group": rewind.pipeline.group,
         "status": rewind.status, "mode": rewind.mode, "target_kind": rewind.target_kind,
@@ -106,15 +105,11 @@ def api_rewind_pending(request, pipeline, payload):
     return JsonResponse({"rewind": {**rewind_json(rewind), "claimable": rewind_claimable(rewind=rewind)}})
 
 
-def _remote(request) -> str:
-    return request.META.get("REMOTE_ADDR", "")
-
-
 @job_view("POST")
 def api_rewind_claim(request, pipeline, payload, rewind_id: int):
     body = payloads.rewind_claim(payload)
     rewind = rewind_claim(pipeline=pipeline, rewind_id=rewind_id, instance=body["instance"],
-                                  actor=request.job_actor, remote_addr=_remote(request))
+                                  actor=request.job_actor)
     return JsonResponse({"rewind": rewind_json(rewind)})
 
 
@@ -122,8 +117,7 @@ def api_rewind_claim(request, pipeline, payload, rewind_id: int):
 def api_rewind_applied(request, pipeline, payload, rewind_id: int):
     body = payloads.rewind_applied(payload)
     rewind = rewind_applied(pipeline=pipeline, rewind_id=rewind_id, instance=body["instance"],
-                                    offsets=body["offsets"], marker_batch_ms=body["marker_batch_ms"], actor=request.job_actor,
-                                    remote_addr=_remote(request))
+                                    offsets=body["offsets"], marker_batch_ms=body["marker_batch_ms"], actor=request.job_actor)
     return JsonResponse({"rewind": rewind_json(rewind)})
 
 
@@ -132,5 +126,5 @@ def api_rewind_failed(request, pipeline, payload, rewind_id: int):
     body = payloads.rewind_failed(payload)
     rewind = rewind_job_failed(pipeline=pipeline, rewind_id=rewind_id, instance=body["instance"],
                                        error=body["error"] or "no reason given",
-                                       actor=request.job_actor, remote_addr=_remote(request))
+                                       actor=request.job_actor)
     return JsonResponse({"rewind": rewind_json(rewind)})

@@ -12,8 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import timedelta
 from functools import lru_cache, wraps
 from pathlib import Path
 
@@ -34,19 +33,13 @@ from dashboard.monitoring.selectors import (
     pipeline_with_evaluation,
 )
 from offsetwatch.lib import downsample
-from streamoffsets.evaluation import Status
+from offsetwatch.lib.timefmt import iso, ms_datetime, ms_iso
 from streamoffsets.urls import mask_secrets
 
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
 
 
 MAX_ID = 2**63 - 1  # bigint: a larger id cannot exist, and PostgreSQL would refuse to compare it
-
-
-MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant Python can represent
-
-
-LATEST_MS = int(params.LATEST.timestamp() * 1000)  # what later instants are clamped to (params.LATEST)
 
 
 BATCHES_LIMIT_DEFAULT, BATCHES_LIMIT_MAX = 100, 1000
@@ -62,6 +55,8 @@ TEXT_MAX = 1000  # the longest name we store (a group); longer cannot match anyt
 
 
 class ApiError(Exception):
+    """An answer other than a bad parameter (a 404); bad parameters are params.BadParam."""
+
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status, self.message = status, message
@@ -69,15 +64,6 @@ class ApiError(Exception):
 
 def json_error(status: int, message: str) -> JsonResponse:
     return JsonResponse({"error": message}, status=status)
-
-
-def _shown(value: str) -> str:
-    """A parameter value quoted for an error message, cut short: errors echo, they don't mirror."""
-    return repr(value if len(value) <= 80 else value[:80] + "…")
-
-
-def bad_param(name: str, value: str, why: str) -> ApiError:
-    return ApiError(400, f"invalid parameter {name!r}: {_shown(value)} {why}")
 
 
 class _CsrfCheck(CsrfViewMiddleware):
@@ -94,7 +80,8 @@ def _csrf_failure(request) -> str | None:
 
 def api_view(*, methods: tuple[str, ...] = ("GET",), role: str = VIEWER):
     """An API endpoint: JSON 405 for other methods, session or API-token authentication with
-    `role`, ApiError turned into its JSON answer.
+    `role`, ApiError turned into its JSON answer and params.BadParam (any parameter, parsed by
+    dashboard.params like every page's) into a 400 "invalid parameter 'name': 'value' why".
 
     CSRF: the view is csrf-exempt so token clients (no cookie, no CSRF token) can POST, and the
     check is run here for session-authenticated unsafe requests, where a forged cross-site
@@ -113,6 +100,8 @@ def api_view(*, methods: tuple[str, ...] = ("GET",), role: str = VIEWER):
                 return view(request, *args, **kwargs)
             except ApiError as exc:
                 return json_error(exc.status, exc.message)
+            except params.BadParam as exc:
+                return json_error(400, f"invalid {exc}")
 
         authenticated = role_required(role, tokens=True)(checked)
 
@@ -130,66 +119,31 @@ def api_view(*, methods: tuple[str, ...] = ("GET",), role: str = VIEWER):
     return decorator
 
 
-_DIGITS = re.compile(r"[0-9]+", re.ASCII)  # int() also accepts Arabic-Indic and other digits
+# The API's parameters: absent or empty is the default; a value given twice, a 400 (params.single).
 
-
-def _single(request, name: str) -> str | None:
-    """The parameter's one value; None when absent; given twice: a 400 (params.single)."""
-    if name not in request.GET:
-        return None
-    try:
-        return params.single(request.GET, name)
-    except params.BadParam as exc:
-        raise ApiError(400, f"invalid {exc}") from None
+def _given(request, name: str) -> str | None:
+    return params.single(request.GET, name) or None
 
 
 def int_param(request, name: str, *, default: int, low: int, high: int) -> int:
-    raw = _single(request, name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return params.whole_number(name, raw, low, high)
-    except params.BadParam as exc:
-        raise ApiError(400, f"invalid {exc}") from None
+    raw = _given(request, name)
+    return default if raw is None else params.whole_number(name, raw, low, high)
 
 
 def time_param(request, name: str) -> int | None:
-    """An instant as epoch milliseconds: given as epoch ms (digits) or ISO-8601 (UTC when it
-    names no offset; params.instant: clamped to params.EARLIEST..LATEST). None when absent."""
-    raw = _single(request, name)
-    if raw is None or raw == "":
-        return None
-    if _DIGITS.fullmatch(raw):
-        if len(raw) > 15 or int(raw) > MAX_MS:
-            raise bad_param(name, raw, f"is beyond the last representable instant ({MAX_MS} ms)")
-        return min(int(raw), LATEST_MS)
-    try:
-        at = params.instant(name, raw, naive_tz=dt_timezone.utc)
-    except params.BadParam:
-        raise bad_param(name, raw, "is not an ISO-8601 time from year 1 to 9999 (2024-05-01T12:00:00Z) or epoch "
-                                   "milliseconds (a '+' in a URL must be sent as %2B)") from None
-    return int(at.timestamp() * 1000)
+    """An instant as epoch milliseconds (params.epoch_ms); None when absent."""
+    raw = _given(request, name)
+    return None if raw is None else params.epoch_ms(name, raw)
 
 
 def text_param(request, name: str) -> str | None:
-    raw = _single(request, name)
-    if raw is None or raw == "":
-        return None
-    if "\x00" in raw or len(raw) > TEXT_MAX:
-        raise bad_param(name, raw, f"must be at most {TEXT_MAX} characters without NUL")
-    return raw
+    raw = _given(request, name)
+    return None if raw is None else params.text(name, raw, TEXT_MAX)
 
 
 def statuses_param(request, name: str = "status") -> list[int] | None:
     raw = text_param(request, name)
-    if raw is None:
-        return None
-    names = [part.strip().upper() for part in raw.split(",") if part.strip()]
-    unknown = [n for n in names if n not in Status.__members__]
-    if unknown or not names:
-        raise bad_param(name, raw, f"is not a status; use one or more (comma-separated) of "
-                                   f"{', '.join(Status.__members__)}")
-    return [int(Status[n]) for n in names]
+    return None if raw is None else params.statuses(name, raw)
 
 
 def _cursor_encode(before_ms: int) -> str:
@@ -202,8 +156,8 @@ def _cursor_decode(raw: str) -> int:
     except (binascii.Error, ValueError):
         text = ""
     version, _, ms = text.partition(":")
-    if version != "v1" or not _DIGITS.fullmatch(ms) or len(ms) > 15:
-        raise bad_param("cursor", raw, "is not a cursor this API returned (use next_cursor as given)")
+    if version != "v1" or not re.fullmatch(r"[0-9]{1,15}", ms, re.ASCII):
+        raise params.BadParam("cursor", raw, "is not a cursor this API returned (use next_cursor as given)")
     return int(ms)
 
 
@@ -214,25 +168,6 @@ def _pipeline(pipeline_id: int) -> Pipeline:
         return pipeline_with_evaluation(pipeline_id=pipeline_id)
     except Pipeline.DoesNotExist:
         raise ApiError(404, f"no pipeline with id {pipeline_id}") from None
-
-
-def _iso(value):
-    return value.isoformat() if value else None
-
-
-def _ms_datetime(ms: int) -> datetime:
-    """Epoch ms (from time_param: within params.EARLIEST..LATEST) as a UTC datetime; exact, where
-    fromtimestamp(ms / 1000) rounds through a float."""
-    return datetime(1970, 1, 1, tzinfo=dt_timezone.utc) + timedelta(milliseconds=ms)
-
-
-def _ms_iso(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    try:
-        return _ms_datetime(ms).isoformat(timespec="milliseconds")
-    except OverflowError:  # a time a store holds beyond year 9999: no ISO form (the ms are given too)
-        return None
 
 
 _PARTITION_FIELDS = ("partition", "committed", "low", "high", "lag", "state", "messages_lost", "lag_seconds",
@@ -258,13 +193,13 @@ def pipeline_json(p: Pipeline) -> dict:
         "id": p.pk, "topic": p.topic, "group": p.group, "store": p.store.name, "store_kind": p.store.kind,
         "cluster": p.store.cluster.name,
         "status": e.status_name if e else None, "reasons": e.reasons if e else [],
-        "evaluated_at": _iso(e.evaluated_at) if e else None,
+        "evaluated_at": iso(e.evaluated_at) if e else None,
         "total_lag": e.total_lag if e else None, "lag_seconds": e.lag_seconds if e else None,
         "lag_seconds_method": e.lag_seconds_method if e else None,
         "retention_seconds_left": e.retention_seconds_left if e else None,
         "retention_margin": min(margins) if margins else None,
         "batch_interval_s": e.batch_interval_s if e else None,
-        "last_batch_ms": p.last_batch_ms, "last_batch_at": _ms_iso(p.last_batch_ms),
+        "last_batch_ms": p.last_batch_ms, "last_batch_at": ms_iso(p.last_batch_ms),
     }
 
 
@@ -294,7 +229,7 @@ def api_pipeline_partitions(request, pipeline_id: int):
     pipeline = _pipeline(pipeline_id)
     e = getattr(pipeline, "evaluation", None)
     return JsonResponse({
-        "pipeline": pipeline.pk, "evaluated_at": _iso(e.evaluated_at) if e else None,
+        "pipeline": pipeline.pk, "evaluated_at": iso(e.evaluated_at) if e else None,
         "partitions": [_partition_json(r) for r in (e.partitions if e else [])],
     })
 
@@ -303,7 +238,7 @@ def api_pipeline_partitions(request, pipeline_id: int):
 def api_pipeline_batches(request, pipeline_id: int):
     from_ms, to_ms = time_param(request, "from"), time_param(request, "to")
     if from_ms is not None and to_ms is not None and from_ms > to_ms:
-        raise bad_param("from", request.GET["from"], f"is after 'to' ({request.GET['to']!r})")
+        raise params.BadParam("from", request.GET["from"], f"is after 'to' ({request.GET['to']!r})")
     limit = int_param(request, "limit", default=BATCHES_LIMIT_DEFAULT, low=1, high=BATCHES_LIMIT_MAX)
     cursor = text_param(request, "cursor")
     before_ms = _cursor_decode(cursor) if cursor is not None else None
@@ -311,9 +246,9 @@ def api_pipeline_batches(request, pipeline_id: int):
     batches, more = pipeline_batches_keyset(
         pipeline=pipeline, from_ms=from_ms, to_ms=to_ms, before_ms=before_ms, limit=limit)
     return JsonResponse({
-        "pipeline": pipeline.pk, "from": _ms_iso(from_ms), "to": _ms_iso(to_ms), "limit": limit,
+        "pipeline": pipeline.pk, "from": ms_iso(from_ms), "to": ms_iso(to_ms), "limit": limit,
         "batches": [
-            {"batch_time_ms": b.batch_time_ms, "batch_time": _ms_iso(b.batch_time_ms), "batch_id": b.batch_id,
+            {"batch_time_ms": b.batch_time_ms, "batch_time": ms_iso(b.batch_time_ms), "batch_id": b.batch_id,
              "committed": b.committed, "records": b.records, "offsets": b.offsets}
             for b in batches
         ],
@@ -325,20 +260,20 @@ def api_pipeline_batches(request, pipeline_id: int):
 def api_pipeline_lag(request, pipeline_id: int):
     from_ms, to_ms = time_param(request, "from"), time_param(request, "to")
     points = int_param(request, "points", default=POINTS_DEFAULT, low=3, high=POINTS_MAX)
-    method = _single(request, "method") or "minmax"
+    method = _given(request, "method") or "minmax"
     if method not in ("minmax", "lttb"):
-        raise bad_param("method", method, "is not a downsampling method; use minmax (keeps every spike) or lttb")
-    until = _ms_datetime(to_ms) if to_ms is not None else timezone.now()
+        raise params.BadParam("method", method, "is not a downsampling method; use minmax (keeps every spike) or lttb")
+    until = ms_datetime(to_ms) if to_ms is not None else timezone.now()
     # Saturating: 'to' in year 1 has no hour before it.
-    since = _ms_datetime(from_ms) if from_ms is not None else params.shifted(until, -LAG_RANGE_DEFAULT)
+    since = ms_datetime(from_ms) if from_ms is not None else params.shifted(until, -LAG_RANGE_DEFAULT)
     if since > until:
-        raise bad_param("from", request.GET["from"], f"is after 'to' ({request.GET.get('to', 'now')!r})")
+        raise params.BadParam("from", request.GET["from"], f"is after 'to' ({request.GET.get('to', 'now')!r})")
     pipeline = _pipeline(pipeline_id)
     raw = pipeline_lag_points(pipeline=pipeline, since=since, until=until)
     reduce = downsample.minmax_buckets if method == "minmax" else downsample.lttb
     kept = reduce(raw, points)
     return JsonResponse({
-        "pipeline": pipeline.pk, "from": _iso(since), "to": _iso(until), "method": method,
+        "pipeline": pipeline.pk, "from": iso(since), "to": iso(until), "method": method,
         "max_points": points, "samples": len(raw), "points": [[x, y] for x, y in kept],
     })
 
@@ -347,7 +282,7 @@ def _collector_part_json(part, now) -> dict:
     since = part.seconds_since(now)
     return {
         "source": part.source, "label": part.label, "up": part.up, "healthy": part.up is not False,
-        "detail": part.detail, "last_seen_at": _iso(part.last_seen_at),
+        "detail": part.detail, "last_seen_at": iso(part.last_seen_at),
         "seconds_since_last_seen": round(since, 1) if since is not None else None,
     }
 
@@ -362,7 +297,7 @@ def api_collectors(request):
     return JsonResponse({
         "healthy": status.healthy,
         "down": [p.name for p in status.down],
-        "checked_at": _iso(now),
+        "checked_at": iso(now),
         "collectors": [_collector_part_json(p, now) for p in status.parts],
         "queued": status.queued,
         "sources": [
@@ -372,9 +307,9 @@ def api_collectors(request):
                 "source": h.source, "label": mask_secrets(h.label), "healthy": h.healthy, "state": h.state,
                 "problem": mask_secrets(h.problem) or None,
                 "seconds_since_last_poll": round(h.poll_age_s, 1) if h.poll_age_s is not None else None,
-                "last_attempt_at": _iso(h.last_attempt_at), "last_success_at": _iso(h.last_success_at),
+                "last_attempt_at": iso(h.last_attempt_at), "last_success_at": iso(h.last_success_at),
                 "last_duration_ms": h.last_duration_ms, "consecutive_failures": h.consecutive_failures,
-                "last_error": mask_secrets(h.last_error) or None, "last_error_at": _iso(h.last_error_at),
+                "last_error": mask_secrets(h.last_error) or None, "last_error_at": iso(h.last_error_at),
                 "last_error_by": (h.last_error_by or "source") if h.consecutive_failures else None,
                 "warning": mask_secrets(h.warning) or None,
             }

@@ -19,6 +19,7 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
+from dashboard.audit.actor import Actor
 from dashboard.models import AuditEvent
 from streamoffsets.urls import mask_url
 
@@ -41,10 +42,9 @@ def event_hash(prev_hash: str, event: AuditEvent) -> str:
 
 
 def audit_append(
-    *, actor: str, action: str, subject: str, actor_user_id: int | None = None, remote_addr: str = "",
-    pipeline=None, before=None, after=None, details: dict | None = None, at: datetime | None = None,
+    *, actor: Actor, action: str, subject: str, pipeline=None, before=None, after=None, details: dict | None = None, at: datetime | None = None,
 ) -> AuditEvent:
-    """Append one event to the chain, in the caller's transaction (so it commits or rolls back
+    """Append one event to the chain, by `actor` (who, their user id, from where), in the caller's transaction (so it commits or rolls back
     with the change it records). JSON values go through a round trip first: what is hashed is
     exactly what the database gives back."""
     with transaction.atomic():
@@ -54,7 +54,7 @@ def audit_append(
         head = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first() or GENESIS
         event = AuditEvent(
             at=at or timezone.now(),
-            actor=actor[:300], actor_user_id=actor_user_id, remote_addr=(remote_addr or "")[:100],
+            actor=actor.who[:300], actor_user_id=actor.user_id, remote_addr=(actor.remote_addr or "")[:100],
             action=action[:100], subject=subject[:500],
             pipeline_id=getattr(pipeline, "pk", None),
             pipeline_label=(f"{pipeline.topic} / {pipeline.group} ({pipeline.store.name})" if pipeline else "")[:1300],
@@ -93,39 +93,6 @@ def audit_verify() -> Verification:
                                 f"event {event.pk} ({event.action}) was changed after it was written")
         prev, prev_id, checked = event.hash, event.pk, checked + 1
     return Verification(True, checked)
-
-
-# --- who and where ------------------------------------------------------------------------------
-
-
-def request_actor(request) -> dict:
-    """Who made a request and from where, as keyword arguments of audit_append and of the
-    services that audit (`services.api_token_revoke(token=t, **request_actor(request))`).
-
-    The address is REMOTE_ADDR: no proxy is trusted by the settings, so X-Forwarded-For (which
-    any client can send) is never believed."""
-    user = getattr(request, "user", None)
-    if user is not None and user.is_authenticated:
-        name = user.get_username()
-        if getattr(request, "auth_method", "") == "token":
-            name += " (API token)"
-        user_id = user.pk
-    else:
-        name, user_id = "anonymous", None
-    return {"actor": name, "actor_user_id": user_id, "remote_addr": request.META.get("REMOTE_ADDR", "")}
-
-
-def command_actor(command: str) -> dict:
-    """The actor of a management command: the command and the operating-system account that ran
-    it (whoever has a shell on the server can run it, so that account is all there is to name)."""
-    import getpass
-    import os
-
-    try:
-        os_user = getpass.getuser()
-    except (KeyError, OSError):  # a container uid without a passwd entry
-        os_user = f"uid {os.getuid()}"
-    return {"actor": f"manage.py {command} (system user {os_user})", "actor_user_id": None, "remote_addr": ""}
 
 
 # --- before/after of model changes --------------------------------------------------------------

@@ -16,6 +16,7 @@ from django.conf import settings
 from dashboard.exports.selectors import batch_export_partitions, batch_export_rows
 from dashboard.models import Pipeline
 from dashboard.params import TimeRange
+from offsetwatch.lib.timefmt import ms_local
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +38,6 @@ def export_preamble(*, pipeline: Pipeline, what: str, time_range: TimeRange, tz:
     ]
 
 
-def local_iso(epoch_ms: int, tz: ZoneInfo) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, tz).isoformat(timespec="milliseconds")
-
-
 def range_ms(time_range: TimeRange) -> tuple[int | None, int]:
     since = None if time_range.since is None else int(time_range.since.timestamp() * 1000)
     return since, int(time_range.until.timestamp() * 1000)
@@ -59,7 +56,7 @@ def batches_table(*, pipeline: Pipeline, time_range: TimeRange, tz: ZoneInfo) ->
         for ms, batch_id, committed, records, offsets in batch_export_rows(
             pipeline=pipeline, since_ms=since_ms, until_ms=until_ms
         ):
-            yield [local_iso(ms, tz), ms, batch_id, committed, records, *[offsets.get(k) for k in keys]]
+            yield [ms_local(ms, tz), ms, batch_id, committed, records, *[offsets.get(k) for k in keys]]
 
     return header, rows()
 
@@ -71,7 +68,7 @@ def chart_table_rows(table, tz: ZoneInfo) -> tuple[list[str], Iterator[list]]:
     def rows() -> Iterator[list]:
         for t, values in table.rows():
             ms = round(t * 1000)
-            yield [local_iso(ms, tz), ms, *values]
+            yield [ms_local(ms, tz), ms, *values]
 
     return header, rows()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from datetime import timezone as dt_timezone
 
 from django.conf import settings
 from django.db import transaction
@@ -28,6 +27,7 @@ from dashboard.monitoring.evaluation import pipelines_evaluate
 from dashboard.monitoring.selectors import Committed, committed_offsets, newest_batches
 from offsetwatch.lib.packing import pack, pack_map, pack_partitions
 from offsetwatch.lib.pgcopy import copy_insert
+from offsetwatch.lib.timefmt import ms_text
 from streamoffsets import evaluation
 from streamoffsets.kafka import WatermarkResult
 from streamoffsets.stores.reading import StoreReading
@@ -204,7 +204,7 @@ def _samples_new(
         rewritten = not batch.time_observed and (last_ms is None or at_ms > last_ms) and at_ms <= horizon_ms
         where = f"{pipeline.topic} / {pipeline.group}"
         if at_ms > horizon_ms:
-            problems.append(RowProblem(store_name, where, f"batch time {_ms_text(at_ms)} is more than "
+            problems.append(RowProblem(store_name, where, f"batch time {ms_text(at_ms)} is more than "
                                        f"{int(settings.FUTURE_BATCH_TOLERANCE_S)} s ahead of the collector's clock: "
                                        "offsets recorded at the collector's read time (check the writer's clock)"))
             at_ms = max(now_ms, (last_ms or -1) + 1)
@@ -222,13 +222,6 @@ def _samples_new(
                           committed=batch.committed))
         previous, last_ms = offsets, at_ms
     return rows
-
-
-def _ms_text(ms: int) -> str:
-    try:
-        return datetime.fromtimestamp(ms / 1000, tz=dt_timezone.utc).isoformat(timespec="milliseconds")
-    except (OverflowError, OSError, ValueError):
-        return f"{ms} ms"
 
 
 def _problems_record(store: Store, problems: list[RowProblem]) -> None:

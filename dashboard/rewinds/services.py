@@ -25,12 +25,15 @@ from django.db.models import Q
 from django.utils import timezone
 
 from dashboard.accounts.roles import APPROVER, OPERATOR, user_has_role
+from dashboard.audit.actor import Actor
 from dashboard.audit.services import audit_append
 from dashboard.models import Batch, Pipeline, RewindRequest, WatermarkSample
 from dashboard.monitoring.selectors import kafka_client_config
 from dashboard.notifications import services as notify
+from offsetwatch.lib.timefmt import ms_text, utc_seconds
 from streamoffsets import rewind as rules
 from streamoffsets.evaluation import batch_interval_s, human_duration
+from streamoffsets.types import Offsets, OffsetsError
 from streamoffsets.urls import mask_secrets
 
 Status = RewindRequest.Status
@@ -50,18 +53,18 @@ class RewindRefused(Exception):
 
 @dataclass
 class Plan:
-    target: dict[int, int]
-    current: dict[int, int]
+    target: Offsets
+    current: Offsets
     watermarks: dict[int, tuple[int, int]]
     watermarks_at: datetime | None
     preview: rules.Preview
     problems: list[str]  # out-of-range partitions: a plan with problems cannot be requested or approved
 
 
-def pipeline_position(*, pipeline: Pipeline) -> tuple[dict[int, int], dict[int, tuple[int, int]], datetime | None]:
+def pipeline_position(*, pipeline: Pipeline) -> tuple[Offsets, dict[int, tuple[int, int]], datetime | None]:
     """The pipeline's committed offsets (newest stored batch) and its topic's newest watermarks."""
     newest = pipeline.batches.order_by("-batch_time_ms").values_list("offsets", flat=True).first() or {}
-    current = {int(p): o for p, o in newest.items()}
+    current = Offsets.from_json(newest)
     sample = (WatermarkSample.objects.filter(cluster_id=pipeline.store.cluster_id, topic=pipeline.topic)
               .order_by("-sampled_at").first())
     return current, (sample.watermarks() if sample else {}), (sample.sampled_at if sample else None)
@@ -79,7 +82,7 @@ def rewind_plan(*, pipeline: Pipeline, kind: str, spec: dict) -> Plan:
         batch = pipeline.batches.filter(batch_time_ms=spec.get("batch_time_ms")).values_list("offsets", flat=True).first()
         if batch is None:
             raise RewindRefused(f"no batch of this pipeline at {spec.get('batch_time_ms')!r} ms")
-        batch_offsets = {int(p): o for p, o in batch.items()}
+        batch_offsets = Offsets.from_json(batch)
     elif kind == "time" and spec.get("source") == "broker":
         batch_offsets = broker_offsets_for_time(pipeline=pipeline, time_ms=spec.get("time_ms"))
     elif kind == "time":
@@ -87,12 +90,13 @@ def rewind_plan(*, pipeline: Pipeline, kind: str, spec: dict) -> Plan:
         batch = (pipeline.batches.filter(batch_time_ms__lte=at_ms, committed=True).order_by("-batch_time_ms")
                  .values_list("offsets", flat=True).first()) if isinstance(at_ms, int) else None
         if batch is None:
-            raise RewindRefused(f"no batch of this pipeline at or before {_ms_text(at_ms)}: the history starts later")
-        batch_offsets = {int(p): o for p, o in batch.items()}
+            raise RewindRefused(f"no batch of this pipeline at or before {ms_text(at_ms, 'seconds')}: the history starts later")
+        batch_offsets = Offsets.from_json(batch)
     try:
-        target = rules.resolve_target(kind, current=current, watermarks=watermarks, batch_offsets=batch_offsets,
-                                      offsets=_int_keys(spec.get("offsets")), shift=spec.get("shift"))
-    except rules.TargetError as exc:
+        explicit = None if spec.get("offsets") is None else Offsets.from_json(spec["offsets"])
+        target = Offsets(rules.resolve_target(kind, current=current, watermarks=watermarks,
+                                              batch_offsets=batch_offsets, offsets=explicit, shift=spec.get("shift")))
+    except (rules.TargetError, OffsetsError) as exc:
         raise RewindRefused(str(exc)) from None
     recent = list(pipeline.batches.order_by("-batch_time_ms").values_list("batch_time_ms", "records")[:20])[::-1]
     preview = rules.preview(target, current, watermarks, rules.processing_rate(recent))
@@ -115,27 +119,14 @@ def broker_offsets_for_time(*, pipeline: Pipeline, time_ms) -> dict[int, int]:
                                          [pipeline.store.cluster.bootstrap_servers]), 409) from None
 
 
-def _int_keys(offsets) -> dict[int, int] | None:
-    return None if offsets is None else {int(p): o for p, o in offsets.items()}
-
-
-def _str_keys(offsets: dict[int, int]) -> dict[str, int]:
-    return {str(p): o for p, o in sorted(offsets.items())}
-
-
-def _ms_text(ms) -> str:
-    if not isinstance(ms, int):
-        return repr(ms)
-    return datetime.fromtimestamp(ms / 1000, tz=dt_timezone.utc).isoformat(timespec="seconds")
-
-
 # --- people: request, decide, cancel ---------------------------------------------------------------------
 
 
 def rewind_request(
     *, pipeline: Pipeline, user, kind: str, spec: dict, reason: str, ticket_url: str = "",
-    mode: str = RewindRequest.Mode.JOB, remote_addr: str = "",
+    mode: str = RewindRequest.Mode.JOB, actor: Actor | None = None,
 ) -> RewindRequest:
+    """`actor`: who asks and from where (default: `user`, from no address)."""
     if not user_has_role(user, OPERATOR):
         raise RewindRefused(f"requesting a rewind needs the operator role; {user.username!r} does not have it", 403)
     if not reason.strip():
@@ -152,12 +143,12 @@ def rewind_request(
         with transaction.atomic():
             rewind = RewindRequest.objects.create(
                 pipeline=pipeline, mode=mode, target_kind=kind, target_spec=spec,
-                target_offsets=_str_keys(plan.target), before_offsets=_str_keys(plan.current),
+                target_offsets=plan.target.to_json(), before_offsets=plan.current.to_json(),
                 preview=plan.preview.as_dict(), reason=reason.strip(), ticket_url=ticket_url,
                 requested_by=user, requested_at=now,
                 expires_at=now + timedelta(seconds=settings.REWIND_APPROVAL_TTL_S),
             )
-            _audit(rewind, "rewind.requested", actor=user.username, actor_user_id=user.pk, remote_addr=remote_addr,
+            _audit(rewind, "rewind.requested", actor=actor or Actor.of_user(user),
                    details={"reason": rewind.reason, "ticket_url": ticket_url, "target": {"kind": kind, **spec},
                             "mode": mode, "preview": rewind.preview})
             notify.notify_rewind(event="requested", rewind_summary=rewind_summary(rewind))
@@ -169,7 +160,7 @@ def rewind_request(
 
 
 def rewind_decide(
-    *, rewind: RewindRequest, user, approve: bool, comment: str = "", remote_addr: str = "",
+    *, rewind: RewindRequest, user, approve: bool, comment: str = "", actor: Actor | None = None,
 ) -> RewindRequest:
     """Approve or reject. The approver sees the plan recomputed now; a target that became out of
     range since the request cannot be approved."""
@@ -182,7 +173,7 @@ def rewind_decide(
         plan = rewind_plan(pipeline=rewind.pipeline, kind=rewind.target_kind, spec=rewind.target_spec)
         if plan.problems:
             raise RewindRefused("cannot approve: the target is no longer valid: " + "; ".join(plan.problems), 409)
-        if _str_keys(plan.target) != rewind.target_offsets:
+        if plan.target.to_json() != rewind.target_offsets:
             raise RewindRefused("cannot approve: the target resolves differently now than when it was requested; "
                                 "reject it and request again", 409)
     new_status = Status.APPROVED if approve else Status.REJECTED
@@ -197,13 +188,13 @@ def rewind_decide(
             rewind.refresh_from_db()
             raise RewindRefused(f"rewind #{rewind.pk} is {rewind.status}, not awaiting a decision", 409)
         rewind.refresh_from_db()
-        _audit(rewind, "rewind.approved" if approve else "rewind.rejected", actor=user.username, actor_user_id=user.pk,
-               remote_addr=remote_addr, details={"comment": rewind.decision_comment})
+        _audit(rewind, "rewind.approved" if approve else "rewind.rejected", actor=actor or Actor.of_user(user),
+               details={"comment": rewind.decision_comment})
         notify.notify_rewind(event="approved" if approve else "rejected", rewind_summary=rewind_summary(rewind))
     return rewind
 
 
-def rewind_cancel(*, rewind: RewindRequest, user, remote_addr: str = "") -> RewindRequest:
+def rewind_cancel(*, rewind: RewindRequest, user, actor: Actor | None = None) -> RewindRequest:
     """The requester or an approver may cancel before a job claims it; an approver may also cancel
     a claim whose lease ran out with no `applied` report (a stuck claim)."""
     if rewind.requested_by_id != user.pk and not user_has_role(user, APPROVER):
@@ -211,18 +202,18 @@ def rewind_cancel(*, rewind: RewindRequest, user, remote_addr: str = "") -> Rewi
     now = timezone.now()
     current = RewindRequest.objects.filter(pk=rewind.pk).values_list("status", flat=True).first()
     if current == Status.CLAIMED:
-        return _cancel_stuck_claim(rewind=rewind, user=user, now=now, remote_addr=remote_addr)
+        return _cancel_stuck_claim(rewind=rewind, user=user, now=now, actor=actor or Actor.of_user(user))
     with transaction.atomic():
         if not RewindRequest.objects.filter(pk=rewind.pk, status__in=[Status.REQUESTED, Status.APPROVED]).update(
                 status=Status.CANCELLED, finished_at=now):
             rewind.refresh_from_db()
             raise RewindRefused(f"rewind #{rewind.pk} is {rewind.status}: it can no longer be cancelled", 409)
         rewind.refresh_from_db()
-        _audit(rewind, "rewind.cancelled", actor=user.username, actor_user_id=user.pk, remote_addr=remote_addr)
+        _audit(rewind, "rewind.cancelled", actor=actor or Actor.of_user(user))
     return rewind
 
 
-def _cancel_stuck_claim(*, rewind: RewindRequest, user, now: datetime, remote_addr: str) -> RewindRequest:
+def _cancel_stuck_claim(*, rewind: RewindRequest, user, now: datetime, actor: Actor) -> RewindRequest:
     if not user_has_role(user, APPROVER):
         raise RewindRefused("a claimed rewind can only be cancelled by an approver (once its claim's lease ran out)", 403)
     rewind.refresh_from_db()
@@ -231,16 +222,16 @@ def _cancel_stuck_claim(*, rewind: RewindRequest, user, now: datetime, remote_ad
         if not RewindRequest.objects.filter(pk=rewind.pk, status=Status.CLAIMED, claimed_by=holder, claimed_at=at,
                                             claimed_at__lte=lease_limit(now)).update(
                 status=Status.CANCELLED, finished_at=now,
-                outcome=f"cancelled by {user.username} while claimed by {holder} since {_iso(at)} with no `applied` "
+                outcome=f"cancelled by {user.username} while claimed by {holder} since {utc_seconds(at)} with no `applied` "
                         "report: if that job did apply it, the store holds the target"):
             rewind.refresh_from_db()
             if rewind.status == Status.CLAIMED and rewind.claimed_at > lease_limit(now):
                 raise RewindRefused(f"rewind #{rewind.pk} is claimed by {rewind.claimed_by} and its lease runs until "
-                                    f"{_iso(claim_lease_expires_at(rewind))}: it can be cancelled after that", 409)
+                                    f"{utc_seconds(claim_lease_expires_at(rewind))}: it can be cancelled after that", 409)
             raise RewindRefused(f"rewind #{rewind.pk} is {rewind.status}: it can no longer be cancelled", 409)
         rewind.refresh_from_db()
-        _audit(rewind, "rewind.cancelled", actor=user.username, actor_user_id=user.pk, remote_addr=remote_addr,
-               details={"was": Status.CLAIMED, "claimed_by": holder, "claimed_at": _iso(at)})
+        _audit(rewind, "rewind.cancelled", actor=actor,
+               details={"was": Status.CLAIMED, "claimed_by": holder, "claimed_at": utc_seconds(at)})
     return rewind
 
 
@@ -255,14 +246,14 @@ def rewinds_expire(*, now: datetime | None = None) -> int:
                     status=Status.EXPIRED, finished_at=now,
                     outcome="not approved in time" if was == Status.REQUESTED else "no job claimed it in time"):
                 rewind.refresh_from_db()
-                _audit(rewind, "rewind.expired", actor="system", details={"was": was})
+                _audit(rewind, "rewind.expired", actor=Actor.SYSTEM, details={"was": was})
                 expired += 1
     # Claimed, but neither an `applied` report nor the marker batch came (the job died between its
     # claim and its start, or its claim's answer was lost and no later start took it over).
     for rewind in RewindRequest.objects.filter(status=Status.CLAIMED, claimed_at__lte=limit_claimed(now)):
         if _settle_claim_from_marker(rewind):
             continue
-        _finish(rewind, Status.FAILED, f"claimed by {rewind.claimed_by} at {_iso(rewind.claimed_at)}; no `applied` "
+        _finish(rewind, Status.FAILED, f"claimed by {rewind.claimed_by} at {utc_seconds(rewind.claimed_at)}; no `applied` "
                                        "report and no batch at the target (the job's marker) seen in the store "
                                        f"within {human_duration(settings.REWIND_VERIFY_TIMEOUT_S)}: check the job's "
                                        "log; request the rewind again if it is still needed")
@@ -318,13 +309,13 @@ def rewind_for_job(*, pipeline: Pipeline) -> RewindRequest | None:
 
 
 def rewind_claim(
-    *, pipeline: Pipeline, rewind_id: int, instance: str, actor: str, remote_addr: str = "",
+    *, pipeline: Pipeline, rewind_id: int, instance: str, actor: Actor,
 ) -> RewindRequest:
     """Exactly one claimer wins: a conditional UPDATE from approved (and unexpired) to claimed.
     The instance holding the claim gets it again (its first answer may have been lost); another
     instance takes over a claim whose lease ran out (conditional on the claim it saw).
 
-    `actor` is who authenticated (the pipeline token, services.pipeline_token_actor); the job
+    `actor` is who authenticated (the pipeline token: Actor.of_job); the job
     names its `instance` itself, so that goes into the event's details, never its actor."""
     instance = (instance or "").strip()[:300]
     if not instance:
@@ -336,24 +327,24 @@ def rewind_claim(
         ).update(status=Status.CLAIMED, claimed_at=now, claimed_by=instance)
         rewind = _job_rewind(pipeline, rewind_id)
         if won:
-            _audit(rewind, "rewind.claimed", actor=actor, remote_addr=remote_addr, details={"instance": instance})
+            _audit(rewind, "rewind.claimed", actor=actor, details={"instance": instance})
             return rewind
     if rewind.status == Status.CLAIMED and rewind.mode == RewindRequest.Mode.JOB:
         if rewind.claimed_by == instance:
             return rewind  # the same instance again: its claim stands (no new transition, no event)
         if rewind_claimable(rewind=rewind, now=now) and not _settle_claim_from_marker(rewind):
-            return _take_over(rewind, instance=instance, actor=actor, now=now, remote_addr=remote_addr)
+            return _take_over(rewind, instance=instance, actor=actor, now=now)
         rewind.refresh_from_db()
     why = "its approval expired" if rewind.status == Status.APPROVED else f"it is {rewind.status}"
     if rewind.status == Status.CLAIMED:
-        why = (f"{rewind.claimed_by} claimed it at {_iso(rewind.claimed_at)} and its lease runs until "
-               f"{_iso(claim_lease_expires_at(rewind))}")
+        why = (f"{rewind.claimed_by} claimed it at {utc_seconds(rewind.claimed_at)} and its lease runs until "
+               f"{utc_seconds(claim_lease_expires_at(rewind))}")
     elif rewind.status in (Status.APPLIED, Status.VERIFIED) and rewind.claimed_by:
         why += f" (applied by {rewind.claimed_by})"
     raise RewindRefused(f"rewind #{rewind_id} cannot be claimed: {why}", 409)
 
 
-def _take_over(rewind: RewindRequest, *, instance: str, actor: str, now: datetime, remote_addr: str) -> RewindRequest:
+def _take_over(rewind: RewindRequest, *, instance: str, actor: Actor, now: datetime) -> RewindRequest:
     holder, at = rewind.claimed_by, rewind.claimed_at
     with transaction.atomic():
         if not RewindRequest.objects.filter(pk=rewind.pk, status=Status.CLAIMED, claimed_by=holder, claimed_at=at,
@@ -362,8 +353,8 @@ def _take_over(rewind: RewindRequest, *, instance: str, actor: str, now: datetim
             raise RewindRefused(f"rewind #{rewind.pk} cannot be claimed: it is {rewind.status}"
                                 f"{' by ' + rewind.claimed_by if rewind.claimed_by else ''} (taken over meanwhile)", 409)
         rewind.refresh_from_db()
-        _audit(rewind, "rewind.claim_taken_over", actor=actor, remote_addr=remote_addr,
-               details={"instance": instance, "previous_claimed_by": holder, "previous_claimed_at": _iso(at),
+        _audit(rewind, "rewind.claim_taken_over", actor=actor,
+               details={"instance": instance, "previous_claimed_by": holder, "previous_claimed_at": utc_seconds(at),
                         "lease_s": settings.REWIND_CLAIM_LEASE_S,
                         "why": "no `applied` report within the claim's lease"})
     return rewind
@@ -371,11 +362,16 @@ def _take_over(rewind: RewindRequest, *, instance: str, actor: str, now: datetim
 
 def rewind_applied(
     *, pipeline: Pipeline, rewind_id: int, instance: str, offsets: dict, marker_batch_ms: int | None,
-    actor: str, actor_user_id: int | None = None, remote_addr: str = "",
+    actor: Actor,
 ) -> RewindRequest:
     """The job started from `offsets` (having saved them to its store as the batch at
     `marker_batch_ms`). Offsets other than the target fail the rewind, with the difference."""
-    started = _offsets_payload(offsets)
+    try:
+        started = Offsets.from_json(offsets).to_json()
+    except OffsetsError:
+        started = {}
+    if not started:
+        raise RewindRefused("'offsets' must map partition ids to non-negative integers")
     now = timezone.now()
     with transaction.atomic():
         if not RewindRequest.objects.filter(pk=rewind_id, pipeline=pipeline, status=Status.CLAIMED,
@@ -388,7 +384,7 @@ def rewind_applied(
             raise RewindRefused(f"rewind #{rewind_id} is {rewind.status}"
                                 f"{' by ' + rewind.claimed_by if rewind.claimed_by else ''}: not claimed by {instance!r}", 409)
         rewind = _job_rewind(pipeline, rewind_id)
-        _audit(rewind, "rewind.applied", actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr,
+        _audit(rewind, "rewind.applied", actor=actor,
                before=rewind.before_offsets, after=started, details={"instance": instance})
     if started != rewind.target_offsets:
         return _finish(rewind, Status.FAILED, "the job started elsewhere than the target: " +
@@ -397,14 +393,14 @@ def rewind_applied(
 
 
 def rewind_job_failed(
-    *, pipeline: Pipeline, rewind_id: int, instance: str, error: str, actor: str, remote_addr: str = "",
+    *, pipeline: Pipeline, rewind_id: int, instance: str, error: str, actor: Actor,
 ) -> RewindRequest:
     """The job could not apply a rewind it claimed (e.g. its store refused the write)."""
     rewind = _job_rewind(pipeline, rewind_id)
     if rewind.status not in (Status.CLAIMED, Status.APPLIED) or rewind.claimed_by != (instance or "").strip()[:300]:
         raise RewindRefused(f"rewind #{rewind_id} is {rewind.status}: not claimed by {instance!r}", 409)
     return _finish(rewind, Status.FAILED, f"the job reported: {str(error)[:2000]}", actor=actor,
-                   remote_addr=remote_addr, details={"instance": (instance or "").strip()[:300]})
+                   details={"instance": (instance or "").strip()[:300]})
 
 
 def _job_rewind(pipeline: Pipeline, rewind_id: int) -> RewindRequest:
@@ -412,14 +408,6 @@ def _job_rewind(pipeline: Pipeline, rewind_id: int) -> RewindRequest:
     if rewind is None:
         raise RewindRefused(f"no rewind #{rewind_id} for this pipeline", 404)
     return rewind
-
-
-def _offsets_payload(offsets) -> dict[str, int]:
-    if not isinstance(offsets, dict) or not offsets or not all(
-        str(p).isdigit() and isinstance(o, int) and not isinstance(o, bool) and o >= 0 for p, o in offsets.items()
-    ):
-        raise RewindRefused("'offsets' must map partition ids to non-negative integers")
-    return {str(int(p)): o for p, o in sorted(offsets.items(), key=lambda kv: int(kv[0]))}
 
 
 # --- verification (the collectors) ---------------------------------------------------------------------
@@ -446,18 +434,18 @@ def rewinds_verify(*, pipeline_ids: list[int]) -> int:
         if batch_ms == rewind.marker_batch_ms:
             if offsets == target:
                 _finish(rewind, Status.VERIFIED, f"the job's first batch after the restart starts at the target "
-                                                 f"(batch {_ms_text(batch_ms)})")
+                                                 f"(batch {ms_text(batch_ms, 'seconds')})")
             else:
-                _finish(rewind, Status.FAILED, f"the batch that should start at the target ({_ms_text(batch_ms)}) "
+                _finish(rewind, Status.FAILED, f"the batch that should start at the target ({ms_text(batch_ms, 'seconds')}) "
                                                f"differs: {_difference(target, offsets)}")
         else:
             behind = {p: o for p, o in offsets.items() if p in target and o < target[p]}
             if behind:
-                _finish(rewind, Status.FAILED, f"the first batch after the rewind ({_ms_text(batch_ms)}) is behind the "
+                _finish(rewind, Status.FAILED, f"the first batch after the rewind ({ms_text(batch_ms, 'seconds')}) is behind the "
                                                f"target: {_difference(target, offsets)}")
             else:
                 _finish(rewind, Status.VERIFIED, f"the store moved past the start before a poll saw it; its first batch "
-                                                 f"after the rewind ({_ms_text(batch_ms)}) continues from the target")
+                                                 f"after the rewind ({ms_text(batch_ms, 'seconds')}) continues from the target")
         settled += 1
     return settled
 
@@ -474,23 +462,19 @@ def _settle_claim_from_marker(rewind: RewindRequest) -> bool:
     if marker_ms is None:
         return False
     holder, at = rewind.claimed_by, rewind.claimed_at
-    note = (f"the `applied` report of {holder} (claimed at {_iso(at)}) never arrived; the store's batch at "
-            f"{_ms_text(marker_ms)} holds exactly the target: the job's marker")
+    note = (f"the `applied` report of {holder} (claimed at {utc_seconds(at)}) never arrived; the store's batch at "
+            f"{ms_text(marker_ms, 'seconds')} holds exactly the target: the job's marker")
     with transaction.atomic():
         if not RewindRequest.objects.filter(pk=rewind.pk, status=Status.CLAIMED, claimed_by=holder, claimed_at=at).update(
                 status=Status.APPLIED, marker_batch_ms=marker_ms, applied_offsets=rewind.target_offsets,
                 applied_at=datetime.fromtimestamp(marker_ms / 1000, tz=dt_timezone.utc)):
             return False
         rewind.refresh_from_db()
-        _audit(rewind, "rewind.applied", actor="system", details={"note": note, "claimed_by": holder,
+        _audit(rewind, "rewind.applied", actor=Actor.SYSTEM, details={"note": note, "claimed_by": holder,
                                                                   "marker_batch_ms": marker_ms})
         _finish(rewind, Status.VERIFIED, f"the job's first batch after the restart starts at the target (batch "
-                                         f"{_ms_text(marker_ms)}); its `applied` report never arrived: {note}")
+                                         f"{ms_text(marker_ms, 'seconds')}); its `applied` report never arrived: {note}")
     return True
-
-
-def _iso(value: datetime | None) -> str:
-    return value.astimezone(dt_timezone.utc).isoformat(timespec="seconds") if value else "?"
 
 
 def _difference(target: dict[str, int], actual: dict[str, int]) -> str:
@@ -500,15 +484,14 @@ def _difference(target: dict[str, int], actual: dict[str, int]) -> str:
 
 
 def _finish(
-    rewind: RewindRequest, status: str, outcome: str, *, actor: str = "system", actor_user_id: int | None = None,
-    remote_addr: str = "", details: dict | None = None,
+    rewind: RewindRequest, status: str, outcome: str, *, actor: Actor = Actor.SYSTEM, details: dict | None = None,
 ) -> RewindRequest:
     now = timezone.now()
     with transaction.atomic():
         if RewindRequest.objects.filter(pk=rewind.pk, status=rewind.status).update(
                 status=status, finished_at=now, outcome=outcome):
             rewind.refresh_from_db()
-            _audit(rewind, f"rewind.{status}", actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr,
+            _audit(rewind, f"rewind.{status}", actor=actor,
                    details={**(details or {}), "outcome": outcome})
     return rewind
 
@@ -529,10 +512,10 @@ def rewind_summary(rewind: RewindRequest) -> dict:
     }
 
 
-def _audit(rewind: RewindRequest, action: str, *, actor: str, actor_user_id: int | None = None,
-           remote_addr: str = "", before=None, after=None, details: dict | None = None) -> None:
+def _audit(rewind: RewindRequest, action: str, *, actor: Actor, before=None, after=None,
+           details: dict | None = None) -> None:
     audit_append(
-        actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr, action=action,
+        actor=actor, action=action,
         subject=f"rewind #{rewind.pk} of {rewind.pipeline.topic} / {rewind.pipeline.group} to {rewind.target_kind}",
         pipeline=rewind.pipeline, before=before if before is not None else rewind.before_offsets,
         after=after if after is not None else rewind.target_offsets, details=details or {},
@@ -556,7 +539,7 @@ def pipeline_observed_stopped(*, pipeline: Pipeline, now: datetime | None = None
 # --- write into the store (jobs that do not use the library) -------------------------------------------
 
 
-def rewind_write_to_store(*, rewind: RewindRequest, user, remote_addr: str = "") -> RewindRequest:
+def rewind_write_to_store(*, rewind: RewindRequest, user, actor: Actor | None = None) -> RewindRequest:
     """For an approved rewind in store mode: write the target where the job will read it (a new
     HBase row, ZooKeeper nodes, the offset file, the Kafka group's offsets), only while the job is
     observed stopped. Verified later like any rewind: from the batch the write makes."""
@@ -577,11 +560,11 @@ def rewind_write_to_store(*, rewind: RewindRequest, user, remote_addr: str = "")
     plan = rewind_plan(pipeline=pipeline, kind=rewind.target_kind, spec=rewind.target_spec)
     if plan.problems:
         raise RewindRefused("the target is no longer valid: " + "; ".join(plan.problems), 409)
+    actor = actor or Actor.of_user(user)
     instance = f"dashboard store write by {user.username}"
-    claimed = rewind_claim_for_store(rewind=rewind, instance=instance, actor=user.username, actor_user_id=user.pk,
-                                     remote_addr=remote_addr)
+    claimed = rewind_claim_for_store(rewind=rewind, instance=instance, actor=actor)
     marker_ms = int(timezone.now().timestamp() * 1000)
-    target = {int(p): o for p, o in rewind.target_offsets.items()}
+    target = dict(Offsets.from_json(rewind.target_offsets))
     try:
         with open_store(pipeline.store.url, timeout_s=settings.IO_TIMEOUT_S,
                         kafka_config=kafka_client_config(cluster_name=pipeline.store.cluster.name)) as store:
@@ -590,14 +573,13 @@ def rewind_write_to_store(*, rewind: RewindRequest, user, remote_addr: str = "")
         # The client library's message may quote the store's URL or its password: masked.
         error = mask_secrets(f"writing the target into store {pipeline.store.name} failed: {exc}",
                              [pipeline.store.url, pipeline.store.cluster.bootstrap_servers])
-        return _finish(claimed, Status.FAILED, error, actor=user.username, actor_user_id=user.pk,
-                       remote_addr=remote_addr, details={"instance": instance})
+        return _finish(claimed, Status.FAILED, error, actor=actor, details={"instance": instance})
     return rewind_applied(pipeline=pipeline, rewind_id=rewind.pk, instance=instance, offsets=rewind.target_offsets,
-                          marker_batch_ms=marker_ms, actor=user.username, actor_user_id=user.pk, remote_addr=remote_addr)
+                          marker_batch_ms=marker_ms, actor=actor)
 
 
 def rewind_claim_for_store(
-    *, rewind: RewindRequest, instance: str, actor: str, actor_user_id: int | None = None, remote_addr: str = "",
+    *, rewind: RewindRequest, instance: str, actor: Actor,
 ) -> RewindRequest:
     now = timezone.now()
     with transaction.atomic():
@@ -608,6 +590,5 @@ def rewind_claim_for_store(
             raise RewindRefused(f"rewind #{rewind.pk} is {rewind.status}: only an approved, unexpired rewind can be "
                                 "written", 409)
         rewind.refresh_from_db()
-        _audit(rewind, "rewind.claimed", actor=actor, actor_user_id=actor_user_id, remote_addr=remote_addr,
-               details={"instance": instance})
+        _audit(rewind, "rewind.claimed", actor=actor, details={"instance": instance})
     return rewind

@@ -6,11 +6,13 @@ import logging
 
 from django.db import transaction
 
+from dashboard.audit.actor import Actor
 from dashboard.audit.services import audit_append
 from dashboard.models import (
     Pipeline,
     StartReport,
 )
+from streamoffsets.types import Offsets, OffsetsError
 
 log = logging.getLogger(__name__)
 
@@ -20,8 +22,8 @@ class InvalidReport(ValueError):
 
 
 @transaction.atomic
-def start_report_record(*, pipeline: Pipeline, report: dict, actor: str = "system", remote_addr: str = "") -> StartReport:
-    """Record where a job started, audited (`actor`: the pipeline token, pipeline_token_actor); the
+def start_report_record(*, pipeline: Pipeline, report: dict, actor: Actor = Actor.SYSTEM) -> StartReport:
+    """Record where a job started, audited (`actor`: the pipeline token, Actor.of_job); the
     report must be for the token's own pipeline."""
     if not isinstance(report, dict):
         raise InvalidReport("the report must be a JSON object")
@@ -31,10 +33,10 @@ def start_report_record(*, pipeline: Pipeline, report: dict, actor: str = "syste
             f"{pipeline.topic!r}/{pipeline.group!r}"
         )
     offsets = report.get("offsets")
-    if not isinstance(offsets, dict) or not all(
-        str(p).isdigit() and isinstance(o, int) and not isinstance(o, bool) and o >= 0 for p, o in offsets.items()
-    ):
-        raise InvalidReport("'offsets' must map partition ids to non-negative integers")
+    try:
+        Offsets.from_json(offsets if isinstance(offsets, dict) else [])  # checked; recorded as the job sent them
+    except OffsetsError:
+        raise InvalidReport("'offsets' must map partition ids to non-negative integers") from None
     clamps = report.get("clamps") or []
     if not isinstance(clamps, list) or not all(isinstance(c, dict) for c in clamps):
         raise InvalidReport("'clamps' must be a list of objects")
@@ -47,7 +49,7 @@ def start_report_record(*, pipeline: Pipeline, report: dict, actor: str = "syste
         clamped_partitions=len(clamps), messages_lost=lost,
     )
     audit_append(action="start_report.received", subject=f"start report #{start.pk} of {pipeline}", pipeline=pipeline,
-                 after=offsets, actor=actor, remote_addr=remote_addr,
+                 after=offsets, actor=actor,
                  details={"id": start.pk, "instance": str(report.get("instance", ""))[:300],
                           "first_start": start.first_start, "clamped_partitions": start.clamped_partitions,
                           "messages_lost": start.messages_lost})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django import template
 
+from offsetwatch.lib import timefmt
 from streamoffsets.evaluation import Status, human_duration
 from streamoffsets.urls import mask_secrets, mask_url
 from streamoffsets.visible import visible as visible_name
@@ -49,12 +50,7 @@ def age(when, now) -> str:
 @register.filter
 def ms_datetime(epoch_ms) -> str:
     """An epoch-milliseconds time as 2026-11-22 13:45:01.123 (UTC)."""
-    from datetime import datetime, timezone
-
-    try:
-        return datetime.fromtimestamp(int(epoch_ms) / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-    except (TypeError, ValueError, OverflowError, OSError):
-        return "—"
+    return timefmt.ms_clock(epoch_ms)
 
 
 @register.filter

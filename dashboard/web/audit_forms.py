@@ -1,22 +1,11 @@
 """The audit page's filter form: times without an offset are UTC, numbers ASCII digits."""
 from __future__ import annotations
 
+from datetime import timezone
+
 from django import forms
 
-from dashboard.params import form_whole_number
-
-
-def _audit_instant(name: str, raw: str):
-    """A date-time typed on the audit page (params.instant): without an offset it is UTC (the page
-    shows UTC)."""
-    from datetime import timezone
-
-    from dashboard import params
-
-    try:
-        return params.instant(name, raw, naive_tz=timezone.utc)
-    except params.BadParam as exc:
-        raise forms.ValidationError(exc.detail) from None
+from dashboard.params import form_value, instant, whole_number
 
 
 class AuditFilterForm(forms.Form):
@@ -41,18 +30,17 @@ class AuditFilterForm(forms.Form):
         ]
 
     def clean_pipeline(self):
-        return form_whole_number("pipeline", self.cleaned_data["pipeline"], 1, 2**63 - 1)
+        return form_value(whole_number, "pipeline", self.cleaned_data["pipeline"], 1, 2**63 - 1)
 
     def clean_before(self):
-        return form_whole_number("before", self.cleaned_data["before"], 1, 2**63 - 1)
+        return form_value(whole_number, "before", self.cleaned_data["before"], 1, 2**63 - 1)
 
+    # Without an offset a time is UTC: the page shows UTC.
     def clean_since(self):
-        raw = self.cleaned_data["since"]
-        return _audit_instant("since", raw) if raw else None
+        return form_value(instant, "since", self.cleaned_data["since"], naive_tz=timezone.utc)
 
     def clean_until(self):
-        raw = self.cleaned_data["until"]
-        return _audit_instant("until", raw) if raw else None
+        return form_value(instant, "until", self.cleaned_data["until"], naive_tz=timezone.utc)
 
     def clean(self):
         data = super().clean()

@@ -29,7 +29,7 @@ from dashboard.exports.formats import (
 from dashboard.exports.selectors import batch_export_count, batch_export_width, export_job_done
 from dashboard.exports.services import ExportQueueFull, export_job_create
 from dashboard.models import ExportJob, Pipeline
-from dashboard.web.views import _bad_param, _pipeline_or_404
+from dashboard.web.views import _pipeline_or_404, bad_params_answered
 from offsetwatch.lib.streaming import csv_stream
 
 IMAGE_MAX_WIDTH, IMAGE_MAX_HEIGHT = 2400, 1600
@@ -81,12 +81,10 @@ class _ReleasingStream:
 
 @require_GET
 @role_required(VIEWER)
+@bad_params_answered(page=False)
 def pipeline_lag_chart(request, pipeline_id: int):
     """The chart shown on the pipeline page: a plotly figure, every series downsampled."""
-    try:
-        pipeline, chart_params, tz = _chart_request(request, pipeline_id)
-    except params.BadParam as exc:
-        return _bad_param(exc)
+    pipeline, chart_params, tz = _chart_request(request, pipeline_id)
     # The page redraws its chart at every poll (5 s). A figure ~1,000 px wide over a range moves
     # by one pixel every span/1000: kept that long (at most 5 min, in Redis for every worker), a
     # 30-day chart of 64 partitions (seconds to compute) is computed every 5 min, a 1-hour chart
@@ -123,15 +121,13 @@ def _image(*, pipeline: Pipeline, chart_params: params.ChartParams, tz, fmt: str
 
 @require_GET
 @role_required(VIEWER)
+@bad_params_answered(page=False)
 def pipeline_chart_image(request, pipeline_id: int, fmt: str):
     """The chart as PNG or SVG, rendered by kaleido with Chromium, as a download."""
-    try:
-        pipeline, chart_params, tz = _chart_request(request, pipeline_id)
-        # Render time grows with the pixels (4000x3000 took 6 s): a poster is not a chart.
-        width = params.parse_int(request.GET, "width", default=1200, low=300, high=IMAGE_MAX_WIDTH)
-        height = params.parse_int(request.GET, "height", default=500, low=200, high=IMAGE_MAX_HEIGHT)
-    except params.BadParam as exc:
-        return _bad_param(exc)
+    pipeline, chart_params, tz = _chart_request(request, pipeline_id)
+    # Render time grows with the pixels (4000x3000 took 6 s): a poster is not a chart.
+    width = params.parse_int(request.GET, "width", default=1200, low=300, high=IMAGE_MAX_WIDTH)
+    height = params.parse_int(request.GET, "height", default=500, low=200, high=IMAGE_MAX_HEIGHT)
     cached = chart_cache.entry("image", pipeline_id=pipeline.pk, tz_name=tz.key, params=chart_params,
                                extra=(fmt, width, height))
     image = chart_cache.get(cached)
@@ -153,13 +149,11 @@ def pipeline_chart_image(request, pipeline_id: int, fmt: str):
 
 @require_GET
 @role_required(VIEWER)
+@bad_params_answered(page=False)
 def pipeline_chart_data(request, pipeline_id: int, fmt: str):
     """The chart's series as CSV (streamed) or JSON, at full resolution unless max_points asks."""
-    try:
-        pipeline, chart_params, tz = _chart_request(request, pipeline_id)
-        max_points = params.parse_int(request.GET, "max_points", default=None, low=4, high=10_000_000)
-    except params.BadParam as exc:
-        return _bad_param(exc)
+    pipeline, chart_params, tz = _chart_request(request, pipeline_id)
+    max_points = params.parse_int(request.GET, "max_points", default=None, low=4, high=10_000_000)
     r = chart_params.range
     rows = lag_sample_count(pipeline=pipeline, since=r.since, until=r.until)
     points = rows * chart_series_count(pipeline=pipeline, kind=chart_params.kind, since=r.since, until=r.until)
@@ -207,13 +201,11 @@ def pipeline_chart_data(request, pipeline_id: int, fmt: str):
 
 @require_GET
 @role_required(VIEWER)
+@bad_params_answered(page=False)
 def pipeline_batches_csv(request, pipeline_id: int):
     """Every batch in the range (default: all retained history), streamed from a chunked cursor."""
     pipeline = _pipeline_or_404(pipeline_id)
-    try:
-        time_range = params.parse_range(request.GET, now=timezone.now(), allow_all=True, default="all")
-    except params.BadParam as exc:
-        return _bad_param(exc)
+    time_range = params.parse_range(request.GET, now=timezone.now(), allow_all=True, default="all")
     since_ms, until_ms = range_ms(time_range)
     rows = batch_export_count(pipeline=pipeline, since_ms=since_ms, until_ms=until_ms)
     points = rows * batch_export_width(pipeline=pipeline, since_ms=since_ms, until_ms=until_ms)
@@ -239,21 +231,17 @@ def pipeline_batches_csv(request, pipeline_id: int):
 
 @role_required(VIEWER)  # first: a stranger is sent to log in, not told which methods exist
 @require_POST
+@bad_params_answered(page=True)
 def export_job_new(request, pipeline_id: int):
     """Queue a background export (the form of the "too large" page or the pipeline page)."""
     pipeline = _pipeline_or_404(pipeline_id)
-    try:
-        kind = params.single(request.POST, "export")
-        if kind not in ExportJob.Kind.values:
-            raise params.BadParam("export", kind, f"is not one of {', '.join(ExportJob.Kind.values)}")
-        if kind == ExportJob.Kind.CHART_CSV:
-            chart_params = params.parse_chart_params(request.POST, now=timezone.now())
-            time_range, chart_kind, unit = chart_params.range, chart_params.kind, chart_params.unit
-        else:
-            time_range = params.parse_range(request.POST, now=timezone.now(), allow_all=True, default="all")
-            chart_kind, unit = "total", "messages"
-    except params.BadParam as exc:
-        return _bad_param(exc, request)
+    kind = params.choice("export", params.single(request.POST, "export"), ExportJob.Kind.values)
+    if kind == ExportJob.Kind.CHART_CSV:
+        chart_params = params.parse_chart_params(request.POST, now=timezone.now())
+        time_range, chart_kind, unit = chart_params.range, chart_params.kind, chart_params.unit
+    else:
+        time_range = params.parse_range(request.POST, now=timezone.now(), allow_all=True, default="all")
+        chart_kind, unit = "total", "messages"
     try:
         export_job_create(user=request.user, pipeline=pipeline, kind=kind, time_range=time_range,
                                    chart_kind=chart_kind, chart_unit=unit)

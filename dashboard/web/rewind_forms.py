@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django import forms
 
-from dashboard.params import form_whole_number
+from dashboard.params import form_value, instant, whole_number
 
 
 class RewindRequestForm(forms.Form):
@@ -36,21 +36,14 @@ class RewindRequestForm(forms.Form):
                              initial="job", widget=forms.RadioSelect)
 
     def clean_batch_time_ms(self):
-        return form_whole_number("batch_time_ms", self.cleaned_data["batch_time_ms"], 0, 2**63 - 1)
+        return form_value(whole_number, "batch_time_ms", self.cleaned_data["batch_time_ms"], 0, 2**63 - 1)
 
     def clean_shift(self):
-        return form_whole_number("shift", self.cleaned_data["shift"], -(2**62), 2**62)
+        return form_value(whole_number, "shift", self.cleaned_data["shift"], -(2**62), 2**62)
 
     def clean_time(self):
-        from dashboard import params
-
-        raw = self.cleaned_data["time"]
-        if not raw:
-            return None
-        try:
-            return params.instant("time", raw)  # year 1 to 9999, any offset; naive: settings.TIME_ZONE
-        except params.BadParam as exc:
-            raise forms.ValidationError(exc.detail) from None
+        # Year 1 to 9999, any offset; without one: settings.TIME_ZONE (what datetime-local sends).
+        return form_value(instant, "time", self.cleaned_data["time"])
 
     def clean(self):
         data = super().clean()

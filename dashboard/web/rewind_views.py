@@ -8,6 +8,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard.accounts.roles import APPROVER, OPERATOR, VIEWER, role_required, user_has_role
+from dashboard.audit.actor import Actor
 from dashboard.models import Pipeline, RewindRequest
 from dashboard.monitoring.selectors import pipeline_get
 from dashboard.rewinds import services as rewinds
@@ -29,10 +30,6 @@ def _rewind(rewind_id: int) -> RewindRequest:
         raise Http404(f"no rewind with id {rewind_id}") from None
 
 
-def _remote(request) -> str:
-    return request.META.get("REMOTE_ADDR", "")
-
-
 @role_required(OPERATOR)
 @require_http_methods(["GET", "POST"])
 def rewind_new(request, pipeline_id: int):
@@ -52,7 +49,7 @@ def rewind_new(request, pipeline_id: int):
                     rewind = rewinds.rewind_request(
                         pipeline=pipeline, user=request.user, kind=data["kind"], spec=data["spec"],
                         reason=data["reason"], ticket_url=data["ticket_url"], mode=data["mode"],
-                        remote_addr=_remote(request))
+                        actor=Actor.of_request(request))
                     return redirect("rewind", rewind_id=rewind.pk)
                 plan = rewinds.rewind_plan(pipeline=pipeline, kind=data["kind"], spec=data["spec"])
             except rewinds.RewindRefused as exc:
@@ -111,7 +108,7 @@ def rewind_decide(request, rewind_id: int):
     if form.is_valid():
         try:
             rewinds.rewind_decide(rewind=rewind, user=request.user, approve=form.cleaned_data["decision"] == "approve",
-                                  comment=form.cleaned_data["comment"], remote_addr=_remote(request))
+                                  comment=form.cleaned_data["comment"], actor=Actor.of_request(request))
             return redirect("rewind", rewind_id=rewind.pk)
         except rewinds.RewindRefused as exc:
             error = exc.message
@@ -134,7 +131,7 @@ def _act(request, rewind_id: int, service):
     """Run one rewind service for the person; a refusal is shown on the rewind's page."""
     rewind = _rewind(rewind_id)
     try:
-        service(rewind=rewind, user=request.user, remote_addr=_remote(request))
+        service(rewind=rewind, user=request.user, actor=Actor.of_request(request))
     except rewinds.RewindRefused as exc:
         return _rerender(request, rewind, exc.message)
     return redirect("rewind", rewind_id=rewind.pk)

@@ -3,7 +3,7 @@ page and its live parts, the collectors page, /metrics and /healthz; the pipelin
 and exports are in chart_views.py, rewinds in rewind_views.py, the audit log in audit_views.py."""
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import lru_cache, wraps
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -57,6 +57,21 @@ def _bad_param(exc: params.BadParam, request=None) -> HttpResponse:
     if request is not None:
         return render(request, "dashboard/bad_request.html", {"message": str(exc), "param": exc.name}, status=400)
     return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
+
+
+def bad_params_answered(*, page: bool):
+    """A view whose parameters dashboard.params parses: any BadParam is its 400 (_bad_param), a
+    page for people (`page`) or plain text for a file. Innermost, so only a caller allowed to see
+    the view learns what its parameters accept."""
+    def decorator(view):
+        @wraps(view)
+        def answered(request, *args, **kwargs):
+            try:
+                return view(request, *args, **kwargs)
+            except params.BadParam as exc:
+                return _bad_param(exc, request if page else None)
+        return answered
+    return decorator
 
 
 @require_GET
@@ -118,24 +133,18 @@ def _pipeline_context(request, pipeline: Pipeline) -> dict:
 
 @require_GET
 @role_required(VIEWER)
+@bad_params_answered(page=True)
 def pipeline_detail(request, pipeline_id: int):
     pipeline = _pipeline_or_404(pipeline_id)
-    try:
-        context = _pipeline_context(request, pipeline)
-    except params.BadParam as exc:
-        return _bad_param(exc, request)
-    return render(request, "dashboard/pipeline.html", context)
+    return render(request, "dashboard/pipeline.html", _pipeline_context(request, pipeline))
 
 
 @require_GET
 @role_required(VIEWER)
+@bad_params_answered(page=True)
 def pipeline_live(request, pipeline_id: int):
     pipeline = _pipeline_or_404(pipeline_id)
-    try:
-        context = _pipeline_context(request, pipeline)
-    except params.BadParam as exc:
-        return _bad_param(exc, request)
-    return render(request, "dashboard/partials/pipeline_live.html", context)
+    return render(request, "dashboard/partials/pipeline_live.html", _pipeline_context(request, pipeline))
 
 
 @require_GET

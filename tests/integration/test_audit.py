@@ -20,8 +20,9 @@ from django.urls import reverse
 
 from dashboard.accounts.roles import APPROVER, VIEWER
 from dashboard.accounts.tokens import api_token_issue, api_token_revoke, pipeline_token_issue, pipeline_token_revoke
+from dashboard.audit.actor import Actor
 from dashboard.audit.selectors import audit_verification_forget
-from dashboard.audit.services import audit_append, change_lines, request_actor
+from dashboard.audit.services import audit_append, change_lines
 from dashboard.models import ApiToken, AuditEvent, Cluster, Pipeline, PipelineToken, Store
 from tests.factories import offline_pipeline
 from tests.integration.test_audit_chain import _behind_the_apps_back
@@ -39,9 +40,9 @@ def fresh_verification():
 
 
 def _rewind_event(pipeline, *, actor="olga", before=None, after=None, at=None, subject="rewind 7"):
-    return audit_append(actor=actor, action="rewind.requested", subject=subject, pipeline=pipeline,
-                        before=before or {"0": 120, "1": 300}, after=after or {"0": 40, "1": 300},
-                        remote_addr="10.0.0.7", at=at)
+    return audit_append(actor=Actor(actor, None, "10.0.0.7"), action="rewind.requested", subject=subject,
+                        pipeline=pipeline, before=before or {"0": 120, "1": 300}, after=after or {"0": 40, "1": 300},
+                        at=at)
 
 
 def _events(action_prefix: str = "") -> list[AuditEvent]:
@@ -53,14 +54,14 @@ def _events(action_prefix: str = "") -> list[AuditEvent]:
 
 def test_verify_audit_says_intact_with_the_count():
     for i in range(3):
-        audit_append(actor="vera", action="test.event", subject=f"event {i}")
+        audit_append(actor=Actor("vera"), action="test.event", subject=f"event {i}")
     out = io.StringIO()
     call_command("verify_audit", stdout=out)
     assert out.getvalue() == "audit log intact: 3 events\n"
 
 
 def test_verify_audit_names_the_changed_event_and_its_action():
-    events = [audit_append(actor="vera", action=f"test.step{i}", subject=f"event {i}") for i in range(4)]
+    events = [audit_append(actor=Actor("vera"), action=f"test.step{i}", subject=f"event {i}") for i in range(4)]
     _behind_the_apps_back("UPDATE dashboard_auditevent SET actor = %s WHERE id = %s", ["mallory", events[2].pk])
     with pytest.raises(CommandError) as err:
         call_command("verify_audit", stdout=io.StringIO())
@@ -72,7 +73,7 @@ def test_verify_audit_names_the_changed_event_and_its_action():
 @pytest.mark.django_db(transaction=True)
 def test_verify_audit_exits_1_in_a_shell_when_an_event_was_removed():
     """The real command in its own process, as cron would run it, on the test database."""
-    events = [audit_append(actor="vera", action="test.event", subject=f"event {i}") for i in range(3)]
+    events = [audit_append(actor=Actor("vera"), action="test.event", subject=f"event {i}") for i in range(3)]
     db = connection.settings_dict
     env = {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"}
 
@@ -95,7 +96,7 @@ def test_verify_audit_exits_1_in_a_shell_when_an_event_was_removed():
 def test_the_page_shows_who_where_what_and_offsets_newest_first(client, vera, unique_name):
     p = offline_pipeline(unique_name, partitions={0: (0, 500), 1: (0, 500)}, batches=[(1_700_000_000_000, {0: 120})])
     first = _rewind_event(p)
-    second = audit_append(actor="amir", action="rewind.approved", subject="rewind 7", pipeline=p)
+    second = audit_append(actor=Actor("amir"), action="rewind.approved", subject="rewind 7", pipeline=p)
     client.force_login(vera)
     html = client.get(reverse("audit")).content.decode()
     assert html.index(f'data-event="{second.pk}"') < html.index(f'data-event="{first.pk}"')  # newest first
@@ -124,7 +125,7 @@ def test_filters_narrow_the_page(client, vera, unique_name):
     q = offline_pipeline(unique_name, partitions={0: (0, 500)}, batches=[(1_700_000_000_000, {0: 120})], group="billing")
     old = _rewind_event(p, actor="olga", at=datetime(2026, 1, 1, 12, tzinfo=timezone.utc), subject="rewind old")
     on_q = _rewind_event(q, actor="erin", subject="rewind on q")
-    store_change = audit_append(actor="root", action="store.changed", subject="store s1", before={"url": "a"},
+    store_change = audit_append(actor=Actor("root"), action="store.changed", subject="store s1", before={"url": "a"},
                                 after={"url": "b"})
     client.force_login(vera)
 
@@ -152,7 +153,7 @@ def test_filters_narrow_the_page(client, vera, unique_name):
     ({"before": "-3"}, "before", "'-3' is not a whole number from 1 to"),
 ])
 def test_bad_filters_are_shown_next_to_their_field_not_a_500(client, vera, query, field, message):
-    audit_append(actor="olga", action="rewind.requested", subject="rewind 1")
+    audit_append(actor=Actor("olga"), action="rewind.requested", subject="rewind 1")
     client.force_login(vera)
     response = client.get(reverse("audit"), query)
     html = response.content.decode()
@@ -162,8 +163,8 @@ def test_bad_filters_are_shown_next_to_their_field_not_a_500(client, vera, query
 
 
 def test_pages_are_keyset_paged_and_keep_the_filters(client, vera):
-    events = [audit_append(actor="olga", action="rewind.requested", subject=f"rewind {i}") for i in range(53)]
-    audit_append(actor="amir", action="store.changed", subject="not a rewind")
+    events = [audit_append(actor=Actor("olga"), action="rewind.requested", subject=f"rewind {i}") for i in range(53)]
+    audit_append(actor=Actor("amir"), action="store.changed", subject="not a rewind")
     client.force_login(vera)
     first = client.get(reverse("audit"), {"action": "rewind"}).content.decode()
     assert f'data-event="{events[-1].pk}"' in first and f'data-event="{events[3].pk}"' in first
@@ -177,7 +178,7 @@ def test_pages_are_keyset_paged_and_keep_the_filters(client, vera):
 
 
 def test_the_banner_reuses_a_verification_for_a_minute_and_approvers_verify_now(client, vera, amir):
-    events = [audit_append(actor="olga", action="rewind.requested", subject=f"rewind {i}") for i in range(3)]
+    events = [audit_append(actor=Actor("olga"), action="rewind.requested", subject=f"rewind {i}") for i in range(3)]
     total = AuditEvent.objects.count()  # with the creation of vera and amir
     client.force_login(vera)
     html = client.get(reverse("audit")).content.decode()
@@ -205,7 +206,7 @@ def _csv(response) -> list[dict]:
 def test_csv_export_has_the_filtered_events_oldest_first_injection_safe(client, vera, unique_name):
     p = offline_pipeline(unique_name, partitions={0: (0, 500), 1: (0, 500)}, batches=[(1_700_000_000_000, {0: 120})])
     a = _rewind_event(p, actor="=cmd|' /C calc'!A0", subject="@SUM(A1)")
-    audit_append(actor="root", action="store.changed", subject="store s", before={"url": "a"}, after={"url": "b"})
+    audit_append(actor=Actor("root"), action="store.changed", subject="store s", before={"url": "a"}, after={"url": "b"})
     b = _rewind_event(p, actor="olga")
     client.force_login(vera)
     response = client.get(reverse("audit_export_csv"), {"action": "rewind"})
@@ -220,9 +221,9 @@ def test_csv_export_has_the_filtered_events_oldest_first_injection_safe(client, 
 
 
 def test_json_export_is_a_streamed_array_with_the_chain(client, vera):
-    events = [audit_append(actor="olga", action="token.issued", subject=f"token {i}", after={"prefix": f"owu_{i}"})
+    events = [audit_append(actor=Actor("olga"), action="token.issued", subject=f"token {i}", after={"prefix": f"owu_{i}"})
               for i in range(3)]
-    audit_append(actor="olga", action="user.created", subject="user x")
+    audit_append(actor=Actor("olga"), action="user.created", subject="user x")
     client.force_login(vera)
     response = client.get(reverse("audit_export_json"), {"action": "token"})
     assert response.streaming and response["Content-Type"] == "application/json"
@@ -262,7 +263,7 @@ def test_change_lines_are_compact():
 def test_the_address_is_remote_addr_never_a_forwarded_header(vera):
     request = RequestFactory().post("/x", REMOTE_ADDR="192.0.2.10", HTTP_X_FORWARDED_FOR="203.0.113.99")
     request.user = vera
-    assert request_actor(request) == {"actor": "vera", "actor_user_id": vera.pk, "remote_addr": "192.0.2.10"}
+    assert Actor.of_request(request) == Actor("vera", vera.pk, "192.0.2.10")
 
 
 # --- services: tokens and users ----------------------------------------------------------------------
@@ -270,11 +271,10 @@ def test_the_address_is_remote_addr_never_a_forwarded_header(vera):
 
 def test_token_issue_and_revoke_are_audited_without_the_token(unique_name, vera):
     p = offline_pipeline(unique_name, partitions={0: (0, 5)}, batches=[(1_700_000_000_000, {0: 5})])
-    ptoken, pplain = pipeline_token_issue(pipeline=p, name="job", actor="ops-bot")
-    atoken, aplain = api_token_issue(user=vera, name="grafana", actor="root", actor_user_id=1,
-                                              remote_addr="192.0.2.1")
-    pipeline_token_revoke(token=ptoken, actor="erin", remote_addr="192.0.2.2")
-    pipeline_token_revoke(token=ptoken, actor="erin")  # already revoked: nothing happens, nothing recorded
+    ptoken, pplain = pipeline_token_issue(pipeline=p, name="job", actor=Actor("ops-bot"))
+    atoken, aplain = api_token_issue(user=vera, name="grafana", actor=Actor("root", 1, "192.0.2.1"))
+    pipeline_token_revoke(token=ptoken, actor=Actor("erin", None, "192.0.2.2"))
+    pipeline_token_revoke(token=ptoken, actor=Actor("erin"))  # already revoked: nothing happens, nothing recorded
     api_token_revoke(token=atoken)
     issued_p, issued_a, revoked_p, revoked_a = _events("token.")
     assert (issued_p.action, issued_p.actor, issued_p.pipeline_id) == ("token.issued", "ops-bot", p.pk)

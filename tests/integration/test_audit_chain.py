@@ -6,21 +6,22 @@ import threading
 import pytest
 from django.db import DatabaseError, connection, connections, transaction
 
+from dashboard.audit.actor import Actor
 from dashboard.audit.services import GENESIS, audit_append, audit_verify
 from dashboard.models import AuditEvent
 from tests.factories import offline_pipeline
 
 
 def _append(n: int, **kw) -> list[AuditEvent]:
-    return [audit_append(actor="vera", action="test.event", subject=f"event {i}", details={"i": i}, **kw)
+    return [audit_append(actor=Actor("vera"), action="test.event", subject=f"event {i}", details={"i": i}, **kw)
             for i in range(n)]
 
 
 @pytest.mark.django_db
 def test_events_chain_and_verify(unique_name):
     p = offline_pipeline(unique_name, partitions={0: (0, 5)}, batches=[(1_700_000_000_000, {0: 5})])
-    first, second = audit_append(actor="vera", action="rewind.requested", subject="rewind 1", pipeline=p,
-                                 before={"0": 120}, after={"0": 40}, remote_addr="10.1.2.3"), *_append(1)
+    first, second = audit_append(actor=Actor("vera", None, "10.1.2.3"), action="rewind.requested", subject="rewind 1",
+                                 pipeline=p, before={"0": 120}, after={"0": 40}), *_append(1)
     assert first.prev_hash == GENESIS and second.prev_hash == first.hash
     assert first.pipeline_id == p.pk and first.pipeline_label.startswith(f"{p.topic} / etl")
     result = audit_verify()
@@ -81,7 +82,7 @@ def test_concurrent_appends_make_one_chain():
         try:
             for i in range(10):
                 with transaction.atomic():
-                    audit_append(actor=f"worker-{k}", action="test.concurrent", subject=f"{k}/{i}")
+                    audit_append(actor=Actor(f"worker-{k}"), action="test.concurrent", subject=f"{k}/{i}")
         except Exception as exc:  # reported below: a thread's exception would be lost otherwise
             errors.append(exc)
         finally:

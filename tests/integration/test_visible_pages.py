@@ -14,11 +14,12 @@ from tests.unit.test_visible import HOSTILE_GROUP, RLO, SHOWN_GROUP
 
 @pytest.mark.django_db
 def test_pages_show_the_escape_and_machines_get_the_raw_name(client, vera):
+    from dashboard.audit.actor import Actor
     from dashboard.audit.services import audit_append
     from tests.factories import pipeline_row
 
     pipeline = pipeline_row("vis", group=HOSTILE_GROUP, store_name="store\u200bz")
-    audit_append(actor=f"eve{RLO}", action="pipeline.declared", subject=f"pipeline orders / {HOSTILE_GROUP}",
+    audit_append(actor=Actor(f"eve{RLO}"), action="pipeline.declared", subject=f"pipeline orders / {HOSTILE_GROUP}",
                  pipeline=pipeline)
     client.force_login(vera)
     pid = pipeline.pk

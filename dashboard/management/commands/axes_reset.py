@@ -2,10 +2,10 @@
 from axes.management.commands.axes_reset import Command as AxesCommand
 
 from dashboard.accounts.lockout import unlocking_by
-from dashboard.audit.services import command_actor
+from dashboard.audit.actor import Actor
 
 
 class Command(AxesCommand):
     def handle(self, *args, **options):
-        with unlocking_by(**command_actor("axes_reset")):
+        with unlocking_by(Actor.of_command("axes_reset")):
             return super().handle(*args, **options)

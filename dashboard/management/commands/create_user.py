@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from dashboard.accounts.roles import ROLES
 from dashboard.accounts.users import InvalidUser, user_create_or_update
-from dashboard.audit.services import command_actor
+from dashboard.audit.actor import Actor
 
 
 class Command(BaseCommand):
@@ -49,7 +49,7 @@ class Command(BaseCommand):
         try:
             user, created = user_create_or_update(
                 username=username, roles=list(dict.fromkeys(role)), password=password, email=email,
-                **command_actor("create_user"))
+                actor=Actor.of_command("create_user"))
         except InvalidUser as exc:
             raise CommandError(str(exc)) from None
         how = "created" if created else "updated"

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from dashboard.accounts.roles import user_roles
 from dashboard.accounts.tokens import api_token_issue
-from dashboard.audit.services import command_actor
+from dashboard.audit.actor import Actor
 
 
 class Command(BaseCommand):
@@ -34,7 +34,7 @@ class Command(BaseCommand):
             raise CommandError(f"user {user!r} has no role: its token would get 403 everywhere; "
                                f"give it one first (manage.py create_user {user} --role viewer)")
         token, plain = api_token_issue(user=found, name=name.strip()[:200],
-                                               **command_actor("issue_api_token"))
+                                               actor=Actor.of_command("issue_api_token"))
         self.stderr.write(f"token {token.prefix}… for {user!r} (roles: {', '.join(sorted(roles))}); "
                           "it is shown only once:")
         self.stdout.write(plain)

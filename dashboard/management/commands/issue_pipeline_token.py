@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from dashboard.accounts.tokens import pipeline_get_or_declare, pipeline_token_issue
-from dashboard.audit.services import command_actor
+from dashboard.audit.actor import Actor
 from dashboard.models import Store
 
 
@@ -27,10 +27,10 @@ class Command(BaseCommand):
             store_obj = Store.objects.get(name=store)
         except Store.DoesNotExist:
             raise CommandError(f"no store named {store!r}; stores: {', '.join(Store.objects.values_list('name', flat=True))}") from None
-        who = command_actor("issue_pipeline_token")
+        who = Actor.of_command("issue_pipeline_token")
         with transaction.atomic():  # a declared pipeline and its token, with their audit events, or nothing
-            pipeline, created = pipeline_get_or_declare(store=store_obj, topic=topic, group=group, **who)
-            token, plain = pipeline_token_issue(pipeline=pipeline, name=name, **who)
+            pipeline, created = pipeline_get_or_declare(store=store_obj, topic=topic, group=group, actor=who)
+            token, plain = pipeline_token_issue(pipeline=pipeline, name=name, actor=who)
         if created:
             self.stderr.write(f"declared pipeline {topic}/{group} in store {store}")
         self.stderr.write(f"token {token.prefix}… for pipeline {pipeline.pk} ({topic}/{group}); it is shown only once:")
