@@ -5,11 +5,14 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/setup.sh --test
 
-# Lint first (seconds): ruff for the code, import-linter for the layering contracts (pyproject.toml).
+# Lint first (seconds): ruff for the code, import-linter for the layering contracts (pyproject.toml),
+# and no module over 400 lines without its reason at its top.
 echo "test: ruff"
 .venv/bin/ruff check --no-cache .
 echo "test: import-linter"
 .venv/bin/lint-imports --no-cache
+echo "test: module sizes"
+.venv/bin/python scripts/check_module_size.py
 SUDO=""
 [[ $(id -u) -ne 0 ]] && SUDO="sudo"
 

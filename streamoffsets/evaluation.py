@@ -6,8 +6,12 @@ Burrow's rules but tuned to micro-batch cadence, each with the reasons behind it
 seconds by interpolation in a per-partition table of (time, high watermark) samples. Retention
 risk: how long until retention deletes data the job has not read yet.
 
-Every rule is numbered in its docstring; tests/unit/test_evaluation.py proves each with a table of
-numbered cases.
+This module is over 400 lines: partition states, the tuned status pass, lag in seconds and
+retention risk share its types and are read together. The status rules themselves, one small
+function each (drift and the retention deadline included), are in streamoffsets.rules; the
+thresholds they share in streamoffsets.thresholds. Every rule here is numbered in its
+docstring; tests/unit/test_evaluation.py and tests/unit/test_rules_table.py prove each with
+tables of numbered cases.
 """
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ import enum
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter, lt, sub
 from typing import NamedTuple, Sequence
+
+from streamoffsets import thresholds
 
 
 class PartitionState(str, enum.Enum):
@@ -208,11 +214,13 @@ def evaluate_status(
     partitions: Sequence[PartitionEvaluation],
     interval_s: float | None,
     now_s: float,
-    stop_after_intervals: float = 3.0,
-    min_stale_s: float = 30.0,
-    stall_after_intervals: float = 2.0,
+    stop_after_intervals: float = thresholds.STOP_AFTER_INTERVALS,
+    min_stale_s: float = thresholds.MIN_STALE_S,
+    stall_after_intervals: float = thresholds.STALL_AFTER_INTERVALS,
 ) -> StatusResult:
-    """Rules, worst first; every rule that fires adds its reason:
+    """Rules 1-6 of streamoffsets.rules in one pass, tuned: this runs for every pipeline at
+    every cycle (tests/unit/test_rules_property.py proves it equal to the plain rules).
+    Worst first; every rule that fires adds its reason:
     1. ERR: a partition is out of range (low: data lost; high: impossible position);
     2. REWOUND: a partition's committed offset went backwards within the window;
     3. STOPPED: no new batch for more than `stop_after_intervals` batch intervals (at least
@@ -253,7 +261,7 @@ def evaluate_status(
     lags = [_lag(s) for s in ordered]  # each sample's total lag, computed once
     lag_now = lags[-1] if lags else 0
     if latest and latest.last_batch_s is not None:
-        threshold = max(min_stale_s, stop_after_intervals * interval_s) if interval_s else min_stale_s
+        threshold = thresholds.stop_threshold_s(interval_s, stop_after_intervals, min_stale_s)
         silent = now_s - latest.last_batch_s
         if silent > threshold:
             # The cadence is named only when known (one batch alone has none).
@@ -277,7 +285,7 @@ def evaluate_status(
                 flag(Status.STALLED, f"batches keep coming but no offset moved in {span:,.0f} s "
                                      f"while {lag_now:,} messages wait")
 
-    if len(ordered) >= 3:
+    if len(ordered) >= thresholds.LAG_GROWING_MIN_SAMPLES:
         if all(map(lt, lags, lags[1:])):
             flag(Status.WARN, f"lag grew at every sample of the last {latest.at_s - ordered[0].at_s:,.0f} s: "
                               f"{lags[0]:,} -> {lags[-1]:,}")

@@ -25,7 +25,7 @@ from dashboard.monitoring import partition_writes
 from offsetwatch.lib import sparkline
 from offsetwatch.lib.packing import unpack_map, unpack_watermarks
 from offsetwatch.lib.pgcopy import copy_insert
-from streamoffsets import evaluation, partition_rules
+from streamoffsets import evaluation, partition_rules, rules
 from streamoffsets.evaluation import Sample
 from streamoffsets.kafka import WatermarkResult
 
@@ -109,15 +109,11 @@ def pipelines_evaluate(
         if pipeline.topic in result.compacted:  # offsets with gaps: the lag counts offsets, not messages
             for row in evaluated.partitions:
                 row["lag_is_upper_bound"] = row["lag"] is not None
-        for twin in twins[(pipeline.topic, pipeline.group)]:
-            mine, theirs = committed.get(pipeline.pk, {}), committed.get(twin.pk, {})
-            if twin.pk != pipeline.pk and mine and theirs and evaluation.drift(mine, theirs):
-                reason = evaluation.describe_drift(f"store {store_names[pipeline.store_id]}", mine,
-                                                   f"store {store_names[twin.store_id]}", theirs)
-                evaluated.reasons.append(reason)
-                if evaluated.status < evaluation.Status.WARN:
-                    evaluated.status = int(evaluation.Status.WARN)
-                    evaluated.reasons = [r for r in evaluated.reasons if r not in ("caught up", "consuming normally")]
+        for twin in twins[(pipeline.topic, pipeline.group)]:  # rule 8: one job's offsets in two stores differ
+            if twin.pk != pipeline.pk:
+                rules.apply_drift(evaluated, f"store {store_names[pipeline.store_id]}", committed.get(pipeline.pk, {}),
+                                  f"store {store_names[twin.store_id]}", committed.get(twin.pk, {}))
+        evaluated.status = int(evaluated.status)
         evaluated.sparkline = sparkline.push(sparklines.get(pipeline.pk) or [], now.timestamp(), evaluated.total_lag or 0)
         evaluated.sparkline_svg = sparkline.svg_points(evaluated.sparkline)
         evaluated.sparkline_max = max(v for _, v in evaluated.sparkline)
@@ -261,9 +257,7 @@ def _pipeline_evaluation(
             row["retention_margin"], row["retention_seconds_left"] = risk.margin, risk.seconds_left
             if risk.seconds_left is not None:
                 soonest_loss = risk.seconds_left if soonest_loss is None else min(soonest_loss, risk.seconds_left)
-                if risk.seconds_left < settings.RETENTION_WARN_S and status.status < evaluation.Status.WARN:
-                    status.status = evaluation.Status.WARN
-                    status.reasons.append(risk.describe(e.partition))
+                rules.apply_retention_deadline(status, e.partition, risk, settings.RETENTION_WARN_S)  # rule 7
         rows.append(row)
     pipeline_time_lag = evaluation.pipeline_lag_seconds(time_lags)
     # No partition with a lag number (all out of range or unknown): no total either, not 0.

@@ -33,6 +33,7 @@ from dashboard.notifications import services as notify
 from offsetwatch.lib.timefmt import ms_text, utc_seconds
 from streamoffsets import rewind as rules
 from streamoffsets.evaluation import batch_interval_s, human_duration
+from streamoffsets.thresholds import batch_silence
 from streamoffsets.types import Offsets, OffsetsError
 from streamoffsets.urls import mask_secrets
 
@@ -528,12 +529,12 @@ def pipeline_observed_stopped(*, pipeline: Pipeline, now: datetime | None = None
     if pipeline.last_batch_ms is None:
         return True, "no batch was ever seen"
     interval = batch_interval_s([t / 1000 for t in pipeline.recent_batch_ms])
-    threshold = max(settings.STALE_AFTER_S, settings.STOP_AFTER_INTERVALS * interval) if interval else settings.STALE_AFTER_S
-    silent = now.timestamp() - pipeline.last_batch_ms / 1000
-    if silent > threshold:
-        return True, f"no batch for {human_duration(silent)}"
-    return False, (f"its last batch was {human_duration(silent)} ago (stopped means none for "
-                   f"{human_duration(threshold)})")
+    silence = batch_silence(pipeline.last_batch_ms / 1000, now.timestamp(), interval,
+                            stop_after_intervals=settings.STOP_AFTER_INTERVALS, min_stale_s=settings.STALE_AFTER_S)
+    if silence.stopped:
+        return True, f"no batch for {human_duration(silence.silent_s)}"
+    return False, (f"its last batch was {human_duration(silence.silent_s)} ago (stopped means none for "
+                   f"{human_duration(silence.threshold_s)})")
 
 
 # --- write into the store (jobs that do not use the library) -------------------------------------------
