@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import redis
 from django.conf import settings
 
+from collectors.locks import redis_client
 from dashboard.monitoring.redis_keys import RECORD_TIMES_PREFIX
 from dashboard.monitoring.selectors import kafka_client_config, record_positions
 from streamoffsets.errors import OffsetStoreError
@@ -101,8 +102,6 @@ def _key(cluster_pk: int) -> str:
 
 
 def _load(cluster_pk: int) -> tuple[dict[Position, int | str], set[Position]]:
-    from collectors.locks import redis_client
-
     try:
         raw = redis_client().get(_key(cluster_pk))
     except redis.exceptions.RedisError as exc:
@@ -121,7 +120,6 @@ def _load(cluster_pk: int) -> tuple[dict[Position, int | str], set[Position]]:
 
 def _save(cluster_pk: int, known: dict[Position, int | str], pending: list[Position]) -> None:
     """Only this cycle's positions are kept: the key holds at most one entry per position."""
-    from collectors.locks import redis_client
 
     data = json.dumps({"known": [[t, p, o, v] for (t, p, o), v in known.items()],
                        "pending": [list(pos) for pos in pending]}, separators=(",", ":"))

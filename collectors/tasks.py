@@ -11,6 +11,8 @@ from django.utils import timezone
 
 from collectors import cycle, fanout
 from collectors.locks import queued_clear, source_lock
+from dashboard.monitoring.pruning import history_prune
+from dashboard.rewinds.services import rewinds_expire
 
 log = logging.getLogger(__name__)
 
@@ -59,15 +61,11 @@ def poll_cluster(cluster_id: int, probe: bool = False) -> None:
 
 @shared_task(name="collectors.tasks.expire_rewinds", ignore_result=True, soft_time_limit=60, time_limit=90)
 def expire_rewinds() -> None:
-    from dashboard.rewinds.services import rewinds_expire
-
     rewinds_expire()
 
 
 @shared_task(name="collectors.tasks.prune", ignore_result=True, soft_time_limit=600, time_limit=660)
 def prune() -> None:
-    from dashboard.monitoring.pruning import history_prune
-
     with source_lock("prune", ttl_s=660) as acquired:
         if acquired:
             history_prune(now=timezone.now())

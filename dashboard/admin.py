@@ -12,6 +12,7 @@ from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
+from dashboard.accounts.lockout import attempt_subject, unlocking_by
 from dashboard.accounts.tokens import api_token_revoke, pipeline_token_revoke
 from dashboard.audit.actor import Actor
 from dashboard.audit.services import audit_append, changed_values, model_snapshot
@@ -332,8 +333,6 @@ def register_lockout_admin() -> None:
     from axes.admin import AccessAttemptAdmin, AccessFailureLogAdmin
     from axes.models import AccessAttempt, AccessFailureLog, AccessLog
     from django.contrib import admin
-
-    from dashboard.accounts.lockout import attempt_subject, unlocking_by
 
     class AuditedAccessAttemptAdmin(ReadOnlyAuditedAdmin, AccessAttemptAdmin):
         audit_kind = "login_attempt"

@@ -1,16 +1,24 @@
 """What the collectors record and the pages show.
 
 Over 400 lines because the models stay in the one module Django and the migrations know them by
-(issue #14 keeps models and migrations unchanged); each area's code lives in its own package."""
+(issue #14 keeps models and migrations unchanged); each area's code lives in its own package. The
+alerting models are here too: in dashboard/alerting/ they would make it and this module import
+each other (import-linter's no-cycle contract)."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from fnmatch import fnmatchcase
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models.functions import MD5
 
 from dashboard.fields import PackedIntsField, RowsJSONField
+from offsetwatch.lib.packing import unpack_map, unpack_watermarks
+from streamoffsets.evaluation import Status
+from streamoffsets.stores.registry import store_kind_of_url
+from streamoffsets.urls import validate_bootstrap_servers, validate_store_url
 
 
 class Cluster(models.Model):
@@ -23,10 +31,6 @@ class Cluster(models.Model):
         return self.name
 
     def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
-        from streamoffsets.urls import validate_bootstrap_servers
-
         # host:port list, no credentials (they go in OFFSETWATCH_KAFKA_CLIENT_CONFIGS).
         try:
             validate_bootstrap_servers(self.bootstrap_servers)
@@ -60,11 +64,6 @@ class Store(models.Model):
         return self.name
 
     def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
-        from streamoffsets.stores.registry import store_kind_of_url
-        from streamoffsets.urls import validate_store_url
-
         try:
             kind = store_kind_of_url(self.url)
         except ValueError as exc:
@@ -116,6 +115,14 @@ class Pipeline(models.Model):
 
     # True while the store's retained history is still being read, a page per cycle.
     history_importing = models.BooleanField(default=False)
+    # The team that owns the job: shown on the pages, matched by alert routes and silences.
+    owner = models.CharField(max_length=200, blank=True, default="")
+    # A job known retired (set by an operator): archived once silent long enough (see archived_at).
+    retired = models.BooleanField(default=False)
+    # Set when the job has had no batch for OFFSETWATCH_ARCHIVE_AFTER and its topic is gone or it
+    # is retired: no status above OK, no incident, hidden from the default overview. Cleared by
+    # any new batch.
+    archived_at = models.DateTimeField(null=True, blank=True)
 
     RECENT_BATCHES = 21
 
@@ -174,8 +181,6 @@ class WatermarkSample(models.Model):
         indexes = [models.Index(fields=["cluster", "topic", "-sampled_at"], name="wm_cluster_topic_time")]
 
     def watermarks(self) -> dict[int, tuple[int, int]]:
-        from offsetwatch.lib.packing import unpack_watermarks
-
         return unpack_watermarks(self.partitions, self.lows, self.highs)
 
 
@@ -195,8 +200,6 @@ class LagSample(models.Model):
         indexes = [models.Index(fields=["pipeline", "-sampled_at"], name="lag_pipeline_time")]
 
     def committed_offsets(self) -> dict[int, int]:
-        from offsetwatch.lib.packing import unpack_map
-
         return {p: c for p, c in unpack_map(self.partitions, self.committed).items() if c is not None}
 
 
@@ -245,8 +248,6 @@ class PipelineEvaluation(models.Model):
 
     @property
     def status_name(self) -> str:
-        from streamoffsets.evaluation import Status
-
         return Status(self.status).name
 
 
@@ -260,6 +261,18 @@ class Incident(models.Model):
     closed_at = models.DateTimeField(null=True)
     worst_status = models.PositiveSmallIntegerField()
     reasons = models.JSONField(default=list)
+    # The status at the newest evaluation (OK while it is held before closing), and for how many
+    # evaluations in a row it has been OK: it closes after OFFSETWATCH_RESOLVE_AFTER_SAMPLES, and a
+    # relapse before that is the same incident (no flapping).
+    status = models.PositiveSmallIntegerField(null=True)
+    ok_samples = models.PositiveIntegerField(default=0)
+    # The worst status notified so far and when the last notification was decided (re-notify).
+    notified_status = models.PositiveSmallIntegerField(null=True)
+    notified_at = models.DateTimeField(null=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                        related_name="+")
+    ack_note = models.TextField(blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["pipeline", "-opened_at"], name="incident_pipeline_time")]
@@ -275,8 +288,6 @@ class Incident(models.Model):
 
     @property
     def worst_status_name(self) -> str:
-        from streamoffsets.evaluation import Status
-
         return Status(self.worst_status).name
 
 
@@ -478,3 +489,121 @@ class RewindRequest(models.Model):
         if self.target_kind == "offsets":
             return "explicit offsets"
         return self.target_kind
+
+
+# --- on-call alerting (issue #15): where notifications go (Channel), which pipelines and statuses
+# go where (Route), maintenance windows (Silence), and every notification to deliver
+# (Notification, the outbox: written in the transaction that decided it, delivered after,
+# retried until sent). The code is in dashboard/alerting/.
+
+
+class Channel(models.Model):
+    """One place notifications go, as an apprise URL (docs/alerting.md lists the kinds). The URL
+    carries secrets (webhook tokens, routing keys, passwords): it is masked wherever shown."""
+
+    class Kind(models.TextChoices):
+        SLACK = "slack", "Slack"
+        MSTEAMS = "msteams", "Microsoft Teams"
+        PAGERDUTY = "pagerduty", "PagerDuty"
+        OPSGENIE = "opsgenie", "Opsgenie"
+        DINGTALK = "dingtalk", "DingTalk"
+        WECOM = "wecom", "WeCom"
+        FEISHU = "feishu", "Feishu / Lark"
+        EMAIL = "email", "Email"
+        WEBHOOK = "webhook", "JSON webhook"
+
+    name = models.CharField(max_length=200, unique=True)
+    kind = models.CharField(max_length=20, choices=Kind.choices, editable=False)  # derived from the URL
+    url = models.CharField(max_length=2000, help_text="An apprise URL, e.g. slack://T000/B000/XXXX or "
+                                                      "json://hooks.example.com/offsetwatch (docs/alerting.md)")
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.get_kind_display()})"
+
+
+class Route(models.Model):
+    """Which pipelines' incidents (and rewinds) go to a channel. Patterns are shell globs
+    (`payments-*`), case-sensitive; blank matches anything. A pipeline matched by several routes
+    to the same channel is notified there once."""
+
+    name = models.CharField(max_length=200)
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="routes")
+    store_pattern = models.CharField(max_length=1000, blank=True)
+    topic_pattern = models.CharField(max_length=1000, blank=True)
+    group_pattern = models.CharField(max_length=1000, blank=True)
+    owner_pattern = models.CharField(max_length=1000, blank=True)
+    # Status names (streamoffsets.evaluation.Status) whose incidents are sent: opened at, or worsened to, one of them.
+    statuses = models.JSONField(default=list, blank=True)
+    rewinds = models.BooleanField(default=True, help_text="Also send the rewinds of matching pipelines")
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.name} -> {self.channel.name}"
+
+    def matches(self, *, store: str, topic: str, group: str, owner: str) -> bool:
+        return all(not pattern or fnmatchcase(value, pattern) for pattern, value in (
+            (self.store_pattern, store), (self.topic_pattern, topic), (self.group_pattern, group),
+            (self.owner_pattern, owner)))
+
+
+class Silence(models.Model):
+    """No notification for one pipeline, or for every pipeline matching the patterns, from
+    `starts_at` until `ends_at` (maintenance). Incidents still open and show on the pages."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, null=True, blank=True,
+                                 related_name="silences")
+    store_pattern = models.CharField(max_length=1000, blank=True)
+    topic_pattern = models.CharField(max_length=1000, blank=True)
+    group_pattern = models.CharField(max_length=1000, blank=True)
+    owner_pattern = models.CharField(max_length=1000, blank=True)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    reason = models.TextField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["ends_at"], name="silence_ends")]
+
+    def matches(self, *, pipeline_id: int, store: str, topic: str, group: str, owner: str) -> bool:
+        if self.pipeline_id is not None:
+            return self.pipeline_id == pipeline_id
+        return all(not pattern or fnmatchcase(value, pattern) for pattern, value in (
+            (self.store_pattern, store), (self.topic_pattern, topic), (self.group_pattern, group),
+            (self.owner_pattern, owner)))
+
+
+class Notification(models.Model):
+    """One message to one channel, written in the transaction that decided it (so a crash after
+    the decision loses nothing) and delivered after it commits, retried with backoff on transient
+    errors until sent or given up (`failed`, with the reason)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SENT = "sent"
+        FAILED = "failed"
+
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="notifications")
+    event = models.CharField(max_length=40)  # incident.opened|worsened|reminder|resolved, rewind.<event>, channel.test
+    incident = models.ForeignKey(Incident, on_delete=models.SET_NULL, null=True, related_name="+")
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.SET_NULL, null=True, related_name="+")
+    title = models.CharField(max_length=500)
+    body = models.TextField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["next_attempt_at"], condition=models.Q(status="pending"), name="notification_due"),
+            models.Index(fields=["incident", "-created_at"], name="notification_incident"),
+        ]

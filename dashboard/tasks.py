@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from dashboard.exports.services import EXPORT_RUN_TASK
+from dashboard.exports.services import EXPORT_RUN_TASK, export_job_run
+from dashboard.notifications import services as notify
 from dashboard.notifications.services import NOTIFY_DELIVER_TASK
 
 # A 30-day export of a busy pipeline takes minutes; the hard limit bounds a stuck one (prune
@@ -14,8 +15,6 @@ HARD_LIMIT_S = SOFT_LIMIT_S + 60
 
 @shared_task(name=EXPORT_RUN_TASK, ignore_result=True, soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
 def export_run(job_id: int) -> None:
-    from dashboard.exports.services import export_job_run
-
     export_job_run(job_id=job_id)
 
 
@@ -24,8 +23,6 @@ def notify_deliver(self, channel: str, message: dict) -> None:
     """Deliver one notification on one channel (dashboard.notifications.services); transient failures are retried
     with growing pauses, and the last one is logged, never raised further."""
     from django.conf import settings
-
-    from dashboard.notifications import services as notify
 
     try:
         notify.deliver(channel=channel, message=message)

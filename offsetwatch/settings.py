@@ -377,6 +377,18 @@ EMAIL_HOST_PASSWORD = env_str("OFFSETWATCH_EMAIL_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("OFFSETWATCH_EMAIL_USE_TLS", False)
 EMAIL_TIMEOUT = NOTIFY_TIMEOUT_S
 
+# On-call alerting (dashboard.alerting; docs/alerting.md). Channels and routes are configured in the
+# admin. An incident closes after RESOLVE_AFTER_SAMPLES OK evaluations in a row (a relapse before
+# that is the same incident: no flapping); an unacknowledged one is notified again every
+# RENOTIFY_AFTER_S (0: never). Pending notifications are swept every NOTIFY_SWEEP_INTERVAL_S and
+# retried NOTIFY_RETRIES times, waiting NOTIFY_BACKOFF_S, doubled each time (at most 10 min).
+# A pipeline silent for ARCHIVE_AFTER_S whose topic is gone or whose job is retired is archived.
+RESOLVE_AFTER_SAMPLES = env_int("OFFSETWATCH_RESOLVE_AFTER_SAMPLES", 3)
+RENOTIFY_AFTER_S = env_float("OFFSETWATCH_RENOTIFY_AFTER", 3600.0)
+NOTIFY_SWEEP_INTERVAL_S = env_float("OFFSETWATCH_NOTIFY_SWEEP_INTERVAL", 10.0)
+NOTIFY_BACKOFF_S = env_float("OFFSETWATCH_NOTIFY_BACKOFF", 5.0)
+ARCHIVE_AFTER_S = env_float("OFFSETWATCH_ARCHIVE_AFTER", 7 * 24 * 3600.0)
+
 # The local stack (python manage.py stack / demo): loopback ports and the addresses built on them.
 STACK_KAFKA_PORT = env_int("OFFSETWATCH_KAFKA_PORT", 19092)
 STACK_HBASE_PORT = env_int("OFFSETWATCH_HBASE_PORT", 19090)

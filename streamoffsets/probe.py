@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 from urllib.parse import urlsplit
 
+from streamoffsets.stores.registry import open_store
 from streamoffsets.urls import DEFAULT_PORTS, mask_secrets
 
 KIND_NAMES = {"hbase": "an HBase Thrift server", "zk": "ZooKeeper", "kafka": "a Kafka broker"}
@@ -47,7 +48,6 @@ def _answers_as_zookeeper(host: str, port: int, timeout_s: float) -> bool:
 def server_kind_problem(url: str, *, timeout_s: float, kafka_config: dict | None = None) -> str | None:
     """None when the server answers as the URL's kind, or cannot be reached now, or the URL is not
     a network store; otherwise what is wrong, with the URL's secrets masked."""
-    from streamoffsets.stores.registry import open_store
 
     parts = urlsplit(url.strip())
     scheme = parts.scheme.lower()

@@ -13,6 +13,8 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from dashboard.accounts.tokens import api_token_user
+
 VIEWER = "viewer"
 OPERATOR = "operator"
 APPROVER = "approver"
@@ -101,7 +103,6 @@ def role_required(role: str, *, tokens: bool = False):
             machine = tokens or _is_api(request)
             token = bearer_token(request) if tokens else None
             if token is not None:
-                from dashboard.accounts.tokens import api_token_user
 
                 user = api_token_user(token=token)
                 if user is None:

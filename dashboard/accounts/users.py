@@ -6,6 +6,7 @@ import logging
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from dashboard.accounts.roles import ROLES
 from dashboard.audit.actor import Actor
 from dashboard.audit.services import audit_append, changed_values
 
@@ -29,8 +30,6 @@ def user_create_or_update(
     from django.contrib.auth.models import Group
     from django.core.exceptions import ValidationError
     from django.core.validators import validate_email
-
-    from dashboard.accounts.roles import ROLES
 
     User = get_user_model()
     unknown = [r for r in roles if r not in ROLES]

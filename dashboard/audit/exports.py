@@ -4,6 +4,8 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Iterator
 
+from dashboard.audit.services import change_lines
+
 log = logging.getLogger(__name__)
 
 
@@ -22,8 +24,6 @@ def audit_csv_rows(events: Iterable[dict]) -> Iterator[list]:
     `change` as the page shows it ("p0: 120 → 40; p1: ..."). Every cell goes through csv_cell
     (csv_stream): an actor or subject beginning with "=" is not a formula in a spreadsheet."""
     from datetime import timezone as dt_timezone
-
-    from dashboard.audit.services import change_lines
 
     for e in events:
         yield [e["id"], e["at"].astimezone(dt_timezone.utc).isoformat(), e["actor"], e["actor_user_id"],

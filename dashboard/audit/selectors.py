@@ -9,13 +9,12 @@ from typing import Iterator
 from django.db.models import Q
 from django.utils import timezone
 
-from dashboard.models import Pipeline
+from dashboard.audit.services import ACTION_FAMILIES, audit_verify
+from dashboard.models import AuditEvent, Pipeline
 
 
 def _audit_filtered(*, pipeline_id: int | None = None, actor: str | None = None, action: str | None = None,
                     q: str | None = None, since: datetime | None = None, until: datetime | None = None):
-    from dashboard.audit.services import ACTION_FAMILIES
-    from dashboard.models import AuditEvent
 
     rows = AuditEvent.objects.all()
     if pipeline_id is not None:
@@ -76,8 +75,6 @@ def audit_verification(*, max_age_s: float = 60.0, refresh: bool = False) -> Aud
     the whole log, so pages reuse one result per process for a minute instead of each walking it.
     `refresh` walks it now ("verify now")."""
     import time
-
-    from dashboard.audit.services import audit_verify
 
     global _audit_checked
     cached = _audit_checked

@@ -11,7 +11,7 @@ from typing import Iterator
 from django.conf import settings
 from django.db.models import Q
 
-from dashboard.models import Pipeline, WatermarkSample
+from dashboard.models import Pipeline, RewindRequest, WatermarkSample
 from dashboard.params import shifted
 from offsetwatch.lib.packing import NONE, unpack, unpack_partitions
 from streamoffsets import evaluation
@@ -183,7 +183,6 @@ def _restart_markers(*, pipeline: Pipeline, since: datetime, until: datetime) ->
 def _rewind_markers(*, pipeline: Pipeline, since: datetime, until: datetime) -> list[Marker]:
     """Rewinds applied to the pipeline (when the job or the dashboard applied them): who asked,
     to what, and how it ended."""
-    from dashboard.models import RewindRequest
 
     markers = []
     for r in RewindRequest.objects.filter(pipeline=pipeline, applied_at__range=(since, until)).select_related("requested_by"):

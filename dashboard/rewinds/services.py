@@ -32,9 +32,12 @@ from dashboard.monitoring.selectors import kafka_client_config
 from dashboard.notifications import services as notify
 from offsetwatch.lib.timefmt import ms_text, utc_seconds
 from streamoffsets import rewind as rules
+from streamoffsets.errors import OffsetStoreError
 from streamoffsets.evaluation import batch_interval_s, human_duration
+from streamoffsets.kafka import KafkaWatermarkReader
+from streamoffsets.stores.registry import open_store
 from streamoffsets.thresholds import batch_silence
-from streamoffsets.types import Offsets, OffsetsError
+from streamoffsets.types import BatchOffsets, Offsets, OffsetsError
 from streamoffsets.urls import mask_secrets
 
 Status = RewindRequest.Status
@@ -106,8 +109,6 @@ def rewind_plan(*, pipeline: Pipeline, kind: str, spec: dict) -> Plan:
 
 def broker_offsets_for_time(*, pipeline: Pipeline, time_ms) -> dict[int, int]:
     """The broker's answer for a point in time (its timestamp index), per partition."""
-    from streamoffsets.errors import OffsetStoreError
-    from streamoffsets.kafka import KafkaWatermarkReader
 
     if not isinstance(time_ms, int):
         raise RewindRefused(f"a point in time is needed, not {time_ms!r}")
@@ -544,9 +545,6 @@ def rewind_write_to_store(*, rewind: RewindRequest, user, actor: Actor | None = 
     """For an approved rewind in store mode: write the target where the job will read it (a new
     HBase row, ZooKeeper nodes, the offset file, the Kafka group's offsets), only while the job is
     observed stopped. Verified later like any rewind: from the batch the write makes."""
-    from streamoffsets.errors import OffsetStoreError
-    from streamoffsets.stores.registry import open_store
-    from streamoffsets.types import BatchOffsets
 
     if not user_has_role(user, OPERATOR):
         raise RewindRefused(f"writing a rewind needs the operator role; {user.username!r} does not have it", 403)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django import template
 
+from dashboard.audit.services import change_lines
 from offsetwatch.lib import timefmt
 from streamoffsets.evaluation import Status, human_duration
 from streamoffsets.urls import mask_secrets, mask_url
@@ -56,7 +57,6 @@ def ms_datetime(epoch_ms) -> str:
 @register.filter
 def audit_change(event) -> list[str]:
     """An audit event's before → after, one short line per key ("p0: 120 → 40")."""
-    from dashboard.audit.services import change_lines
 
     # Names in a change (a store renamed) are shown through `visible`, line breaks included.
     return [visible_name(line) for line in change_lines(event.get("before"), event.get("after"))]

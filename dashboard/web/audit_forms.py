@@ -5,6 +5,7 @@ from datetime import timezone
 
 from django import forms
 
+from dashboard.audit.services import ACTION_FAMILIES, KNOWN_ACTIONS
 from dashboard.params import form_value, instant, whole_number
 
 
@@ -21,8 +22,6 @@ class AuditFilterForm(forms.Form):
     before = forms.CharField(required=False, max_length=40, widget=forms.HiddenInput)
 
     def __init__(self, data):
-        from dashboard.audit.services import ACTION_FAMILIES, KNOWN_ACTIONS
-
         super().__init__(data)
         self.fields["action"].choices = [("", "any action")] + [
             (label, [(family, f"any of {label}")] + [(a, a) for a in KNOWN_ACTIONS if a.startswith(family + ".")])
