@@ -523,6 +523,10 @@ class Channel(models.Model):
         return f"{self.name} ({self.get_kind_display()})"
 
 
+def route_statuses_default() -> list[str]:
+    return ["WARN", "STALLED", "STOPPED", "REWOUND", "ERR"]
+
+
 class Route(models.Model):
     """Which pipelines' incidents (and rewinds) go to a channel. Patterns are shell globs
     (`payments-*`), case-sensitive; blank matches anything. A pipeline matched by several routes
@@ -534,8 +538,9 @@ class Route(models.Model):
     topic_pattern = models.CharField(max_length=1000, blank=True)
     group_pattern = models.CharField(max_length=1000, blank=True)
     owner_pattern = models.CharField(max_length=1000, blank=True)
-    # Status names (streamoffsets.evaluation.Status) whose incidents are sent: opened at, or worsened to, one of them.
-    statuses = models.JSONField(default=list, blank=True)
+    # Status names (streamoffsets.evaluation.Status) whose incidents are sent: opened at, or worsened
+    # to, one of them. Empty: no incident (a route for rewinds only).
+    statuses = models.JSONField(default=route_statuses_default, blank=True)
     rewinds = models.BooleanField(default=True, help_text="Also send the rewinds of matching pipelines")
     enabled = models.BooleanField(default=True)
 

@@ -36,7 +36,7 @@ def channels_for(names: dict[str, str], routes: list[Route], *, status_name: str
             continue
         if rewinds and not route.rewinds:
             continue
-        if status_name is not None and route.statuses and status_name not in route.statuses:
+        if status_name is not None and status_name not in (route.statuses or ()):
             continue
         out.setdefault(route.channel_id, route.channel)
     return list(out.values())
