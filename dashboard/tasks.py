@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from dashboard.alerting import outbox
 from dashboard.exports.services import EXPORT_RUN_TASK, export_job_run
 from dashboard.notifications import services as notify
 from dashboard.notifications.services import NOTIFY_DELIVER_TASK
@@ -32,3 +33,15 @@ def notify_deliver(self, channel: str, message: dict) -> None:
             return
         raise self.retry(exc=exc, countdown=notify.retry_pause_s(self.request.retries),
                          max_retries=settings.NOTIFY_RETRIES) from None
+
+
+@shared_task(name=outbox.NOTIFICATION_DELIVER_TASK, ignore_result=True, soft_time_limit=120, time_limit=150)
+def notification_deliver(notification_id: int) -> None:
+    """Deliver one outbox row (dashboard.alerting.outbox): retries are the sweep's, by the row's next attempt time."""
+    outbox.notification_deliver(notification_id)
+
+
+@shared_task(name=outbox.NOTIFICATIONS_SWEEP_TASK, ignore_result=True, soft_time_limit=300, time_limit=330)
+def notifications_sweep() -> None:
+    """Deliver what is due and was not delivered on commit (lost task, dead worker, broker outage, retries)."""
+    outbox.notifications_sweep()

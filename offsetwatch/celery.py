@@ -1,4 +1,5 @@
-"""The Celery app: Redis broker, one beat entry that fans a cycle out to one task per source."""
+"""The Celery app: Redis broker; beat fans a cycle out to one task per source, prunes, expires rewinds
+and sweeps the notification outbox."""
 from __future__ import annotations
 
 import os
@@ -23,6 +24,8 @@ def _schedule(sender, **kwargs):
     sender.add_periodic_task(settings.PRUNE_INTERVAL_S, sender.signature("collectors.tasks.prune"), name="prune")
     sender.add_periodic_task(settings.POLL_INTERVAL_S, sender.signature("collectors.tasks.expire_rewinds"),
                              name="expire-rewinds")
+    sender.add_periodic_task(settings.NOTIFY_SWEEP_INTERVAL_S, sender.signature("dashboard.tasks.notifications_sweep"),
+                             name="notifications-sweep")
 
 
 @before_task_publish.connect

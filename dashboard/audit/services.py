@@ -178,6 +178,10 @@ ACTION_FAMILIES = {
     "source_health": "source health",
     "login_attempt": "login attempts (deleted in the admin)",
     "login_failure": "login failure logs (deleted in the admin)",
+    "channel": "alert channels",
+    "route": "alert routes",
+    "silence": "silences",
+    "notification": "notifications (deleted in the admin)",
 }
 # The actions this module's callers write outside the rewind workflow (which names its own).
 KNOWN_ACTIONS = (
@@ -190,4 +194,8 @@ KNOWN_ACTIONS = (
     "token.issued", "token.revoked", "token.deleted",
     "start_report.received", "start_report.deleted", "incident.deleted", "store_problem.deleted",
     "source_health.deleted", "login_attempt.deleted", "login_failure.deleted",
+    "channel.created", "channel.changed", "channel.deleted", "channel.tested",
+    "route.created", "route.changed", "route.deleted",
+    "silence.created", "silence.cancelled", "silence.deleted",
+    "incident.acknowledged", "notification.deleted", "pipeline.archived", "pipeline.unarchived",
 )
