@@ -12,6 +12,9 @@ from typing import NamedTuple
 from django.conf import settings
 from django.db.models import Min
 
+from dashboard.alerting import lifecycle
+from dashboard.alerting.outbox import notifications_enqueue
+from dashboard.alerting.services import CycleAlerting
 from dashboard.models import (
     Cluster,
     Incident,
@@ -92,6 +95,8 @@ def pipelines_evaluate(
         twins.setdefault((pipeline.topic, pipeline.group), []).append(pipeline)
     store_names = dict(Store.objects.filter(pk__in={p.store_id for p in pipelines}).values_list("pk", "name"))
     evaluations, incidents_new, incidents_changed = [], [], []
+    alerting = CycleAlerting(now=now, store_names=store_names)
+    archived: dict[Pipeline, str | None] = {}
     series_of: dict[str, TopicSeries] = {}  # built once per topic, shared by its pipelines
     if records_later is not None:
         record_times, record_misses = records_later()
@@ -114,12 +119,21 @@ def pipelines_evaluate(
                 rules.apply_drift(evaluated, f"store {store_names[pipeline.store_id]}", committed.get(pipeline.pk, {}),
                                   f"store {store_names[twin.store_id]}", committed.get(twin.pk, {}))
         evaluated.status = int(evaluated.status)
+        # A retired job silent for long is archived (dashboard.alerting.lifecycle): OK, no incident.
+        archived[pipeline] = why = lifecycle.archive_reason(pipeline, now, topic_gone=False)
+        if why:
+            evaluated.status, evaluated.reasons = int(evaluation.Status.OK), [why]
         evaluated.sparkline = sparkline.push(sparklines.get(pipeline.pk) or [], now.timestamp(), evaluated.total_lag or 0)
         evaluated.sparkline_svg = sparkline.svg_points(evaluated.sparkline)
         evaluated.sparkline_max = max(v for _, v in evaluated.sparkline)
         evaluations.append(evaluated)
-        changes = [_incident_change(pipeline, None, evaluated.status, evaluated.reasons,
-                                    open_incidents.get(pipeline.pk), now)]
+        if why:
+            continue  # its open incidents are closed by lifecycle.archived_record, silently
+        change = _incident_change(pipeline, None, evaluated.status, evaluated.reasons, open_incidents.get(pipeline.pk), now)
+        incident = change or open_incidents.get(pipeline.pk)
+        if incident is not None and alerting.decide(pipeline, incident) and change is None:
+            change = incident  # a reminder: its notified time changed
+        changes = [change]
         changes += _partition_incident_changes(pipeline, evaluated, open_partition_incidents.get(pipeline.pk, {}), now)
         for change in changes:
             if change is not None:
@@ -129,7 +143,11 @@ def pipelines_evaluate(
     PipelineEvaluation.objects.filter(pipeline__in=pipelines).delete()
     copy_insert(PipelineEvaluation, evaluations)
     Incident.objects.bulk_create(incidents_new, batch_size=1000)
-    Incident.objects.bulk_update(incidents_changed, ["closed_at", "worst_status", "reasons"], batch_size=1000)
+    Incident.objects.bulk_update(incidents_changed, ["closed_at", "worst_status", "reasons", "status", "ok_samples",
+                                                     "notified_status", "notified_at"], batch_size=1000)
+    lifecycle.archived_record(archived, now)
+    # Written in this transaction, sent after it commits: a cycle never waits on a channel.
+    notifications_enqueue(alerting.notifications({e.pipeline_id: e for e in evaluations}))
 
 
 def _oldest_watermarks(cluster: Cluster, topics: list[str], since: datetime) -> dict[str, tuple[datetime, dict]]:
@@ -276,21 +294,28 @@ def _incident_change(
     pipeline: Pipeline, partition: int | None, status: int, reasons: list[str], open_incident: Incident | None,
     now: datetime,
 ) -> Incident | None:
-    """A status above OK opens an incident (or raises the open one's worst); OK closes it. For the
-    pipeline (`partition` None) or one of its partitions. Returns the incident to save (new when
-    its pk is None), or None when nothing changes."""
+    """A status above OK opens an incident (or raises the open one's worst); OK held for
+    RESOLVE_AFTER_SAMPLES evaluations in a row closes it, and a relapse before that is the same
+    incident (no flapping). For the pipeline (`partition` None) or one of its partitions. Returns
+    the incident to save (new when its pk is None), or None when nothing changes."""
     if status == evaluation.Status.OK:
         if open_incident is None:
             return None
-        open_incident.closed_at = now
+        open_incident.status = status
+        open_incident.ok_samples += 1
+        if open_incident.ok_samples >= settings.RESOLVE_AFTER_SAMPLES:
+            open_incident.closed_at = now
         return open_incident
     if open_incident is None:
-        return Incident(pipeline=pipeline, partition=partition, opened_at=now, worst_status=status, reasons=reasons)
+        return Incident(pipeline=pipeline, partition=partition, opened_at=now, worst_status=status, reasons=reasons,
+                        status=status)
+    changed = open_incident.status != status or open_incident.ok_samples != 0
+    open_incident.status, open_incident.ok_samples = status, 0
     if status >= open_incident.worst_status:
         open_incident.worst_status = status
         open_incident.reasons = reasons
-        return open_incident
-    return None
+        changed = True
+    return open_incident if changed else None
 
 
 def _partition_incident_changes(

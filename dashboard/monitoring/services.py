@@ -11,11 +11,13 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from dashboard.alerting import lifecycle
 from dashboard.models import (
     Batch,
     Cluster,
     LagSample,
     Pipeline,
+    PipelineEvaluation,
     RewindRequest,
     SourceHealth,
     Store,
@@ -290,6 +292,20 @@ def watermarks_record(
     copy_insert(LagSample, samples)
     pipelines_evaluate(cluster, pipelines, offsets_of, result, now=sampled_at, record_times=record_times or {},
                         record_misses=record_misses or {}, records_later=records_later)
+    _gone_topics_archive(cluster, result, sampled_at)
     return len(samples)
+
+
+def _gone_topics_archive(cluster: Cluster, result: WatermarkResult, now: datetime) -> None:
+    """Pipelines whose topic the cluster no longer has are not evaluated (no watermarks): the ones
+    silent for long are archived (dashboard.alerting.lifecycle), their status OK with the reason."""
+    if not result.missing:
+        return
+    gone = list(Pipeline.objects.filter(store__cluster=cluster, topic__in=list(result.missing)))
+    reasons = {p: lifecycle.archive_reason(p, now, topic_gone=True) for p in gone}
+    lifecycle.archived_record(reasons, now)
+    for p, why in reasons.items():
+        if why:
+            PipelineEvaluation.objects.filter(pipeline=p).update(status=int(evaluation.Status.OK), reasons=[why])
 
 

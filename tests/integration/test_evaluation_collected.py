@@ -43,6 +43,11 @@ def test_a_stopped_pipeline_with_waiting_messages_opens_an_incident_that_recover
     evaluation = PipelineEvaluation.objects.get(pipeline=pipeline)  # replaced every cycle
     incident.refresh_from_db()
     assert evaluation.status == Status.OK and evaluation.total_lag == 0
+    # Held open until OK for OFFSETWATCH_RESOLVE_AFTER_SAMPLES (3) evaluations in a row: no flapping.
+    assert incident.closed_at is None and incident.ok_samples == 1
+    collect_once()
+    collect_once()
+    incident.refresh_from_db()
     assert incident.closed_at is not None
     assert "caught up" in vera_client.get(reverse("pipeline", args=[pipeline.pk])).content.decode()
 
