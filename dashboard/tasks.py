@@ -5,8 +5,6 @@ from celery import shared_task
 
 from dashboard.alerting import outbox
 from dashboard.exports.services import EXPORT_RUN_TASK, export_job_run
-from dashboard.notifications import services as notify
-from dashboard.notifications.services import NOTIFY_DELIVER_TASK
 
 # A 30-day export of a busy pipeline takes minutes; the hard limit bounds a stuck one (prune
 # marks a job still "running" after that as failed).
@@ -17,22 +15,6 @@ HARD_LIMIT_S = SOFT_LIMIT_S + 60
 @shared_task(name=EXPORT_RUN_TASK, ignore_result=True, soft_time_limit=SOFT_LIMIT_S, time_limit=HARD_LIMIT_S)
 def export_run(job_id: int) -> None:
     export_job_run(job_id=job_id)
-
-
-@shared_task(bind=True, name=NOTIFY_DELIVER_TASK, ignore_result=True, soft_time_limit=120, time_limit=150)
-def notify_deliver(self, channel: str, message: dict) -> None:
-    """Deliver one notification on one channel (dashboard.notifications.services); transient failures are retried
-    with growing pauses, and the last one is logged, never raised further."""
-    from django.conf import settings
-
-    try:
-        notify.deliver(channel=channel, message=message)
-    except notify.TransientDeliveryError as exc:
-        if self.request.retries >= settings.NOTIFY_RETRIES:
-            notify.delivery_abandoned(channel=channel, message=message, attempts=self.request.retries + 1, error=exc)
-            return
-        raise self.retry(exc=exc, countdown=notify.retry_pause_s(self.request.retries),
-                         max_retries=settings.NOTIFY_RETRIES) from None
 
 
 @shared_task(name=outbox.NOTIFICATION_DELIVER_TASK, ignore_result=True, soft_time_limit=120, time_limit=150)

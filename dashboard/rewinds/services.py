@@ -25,11 +25,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from dashboard.accounts.roles import APPROVER, OPERATOR, user_has_role
+from dashboard.alerting.rewind_notify import rewind_notify
 from dashboard.audit.actor import Actor
 from dashboard.audit.services import audit_append
 from dashboard.models import Batch, Pipeline, RewindRequest, WatermarkSample
 from dashboard.monitoring.selectors import kafka_client_config
-from dashboard.notifications import services as notify
 from offsetwatch.lib.timefmt import ms_text, utc_seconds
 from streamoffsets import rewind as rules
 from streamoffsets.errors import OffsetStoreError
@@ -153,7 +153,7 @@ def rewind_request(
             _audit(rewind, "rewind.requested", actor=actor or Actor.of_user(user),
                    details={"reason": rewind.reason, "ticket_url": ticket_url, "target": {"kind": kind, **spec},
                             "mode": mode, "preview": rewind.preview})
-            notify.notify_rewind(event="requested", rewind_summary=rewind_summary(rewind))
+            rewind_notify(pipeline=pipeline, event="requested", rewind_summary=rewind_summary(rewind))
     except IntegrityError:
         open_one = RewindRequest.objects.filter(pipeline=pipeline, status__in=RewindRequest.OPEN).first()
         raise RewindRefused(f"this pipeline already has an open rewind (#{open_one.pk if open_one else '?'}, "
@@ -192,7 +192,8 @@ def rewind_decide(
         rewind.refresh_from_db()
         _audit(rewind, "rewind.approved" if approve else "rewind.rejected", actor=actor or Actor.of_user(user),
                details={"comment": rewind.decision_comment})
-        notify.notify_rewind(event="approved" if approve else "rejected", rewind_summary=rewind_summary(rewind))
+        rewind_notify(pipeline=rewind.pipeline, event="approved" if approve else "rejected",
+                      rewind_summary=rewind_summary(rewind))
     return rewind
 
 
@@ -499,7 +500,7 @@ def _finish(
 
 
 def rewind_summary(rewind: RewindRequest) -> dict:
-    """What notifications say about a rewind (dashboard.notifications.services)."""
+    """What notifications say about a rewind (dashboard.alerting.rewind_notify)."""
     from django.urls import reverse
 
     pipeline = rewind.pipeline

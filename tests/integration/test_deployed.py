@@ -34,7 +34,7 @@ PASSWORD = "correct horse battery staple"
 
 
 class Webhook:
-    """A local HTTP server taking the notifications' JSON POSTs."""
+    """A local HTTP server taking the notifications' JSON POSTs (apprise's json:// form: title, message)."""
 
     def __init__(self):
         received = self.received = []
@@ -42,14 +42,14 @@ class Webhook:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(204)
+                self.send_response(200)
                 self.end_headers()
 
             def log_message(self, *args):
                 pass
 
         self.server = ThreadingHTTPServer((LOOPBACK, free_port()), Handler)
-        self.url = f"http://{LOOPBACK}:{self.server.server_port}/hook/secret-part"
+        self.url = f"json://{LOOPBACK}:{self.server.server_port}/hook/secret-part"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
@@ -68,8 +68,7 @@ def webhook():
 @pytest.fixture(scope="module")
 def deployed(stack, webhook, tmp_path_factory):
     deployment = Deployment(tmp_path_factory.mktemp("deployed"), stack=stack, poll_interval_s=POLL_INTERVAL_S,
-                            env={"OFFSETWATCH_NOTIFY_WEBHOOK_URL": webhook.url,
-                                 "OFFSETWATCH_PUBLIC_URL": "http://offsetwatch.example"})
+                            env={"OFFSETWATCH_PUBLIC_URL": "http://offsetwatch.example"})
     t0 = time.monotonic()
     deployment.start()
     deployment.startup_s = time.monotonic() - t0
@@ -80,7 +79,7 @@ def deployed(stack, webhook, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def world(deployed, stack):
+def world(deployed, stack, webhook):
     """Named people and one pipeline the deployed collectors discovered: a topic on Tansu, an HBase
     store with three batches of it, registered through `manage.py shell` like an operator would."""
     deployed.create_user("alice", "viewer", password=PASSWORD)
@@ -107,6 +106,13 @@ def world(deployed, stack):
         "result = p and LagSample.objects.filter(pipeline=p).exists() and p.batches.count() == 3 and p.pk"),
         timeout_s=60, interval_s=0.5)
     assert pipeline, f"the deployed collectors never recorded the pipeline\n{deployed.logs()}"
+    # The payments team's on-call channel, as an admin sets it up: its pipelines' incidents and rewinds.
+    deployed.shell_json(
+        "from dashboard.models import Channel, Pipeline, Route\n"
+        f"c = Channel.objects.create(name='payments on-call', kind='webhook', url={webhook.url!r})\n"
+        "Route.objects.create(name='payments', channel=c, owner_pattern='payments-*')\n"
+        f"Pipeline.objects.filter(pk={pipeline}).update(owner='payments-team')\n"
+        "result = c.pk")
     return {**ids, "pipeline": pipeline, "topic": topic}
 
 
@@ -136,6 +142,22 @@ def test_a_background_export_asked_for_on_the_page_is_written_by_the_worker_and_
     assert "received" in deployed.logs(["worker"], lines=400) and "export_run" in deployed.logs(["worker"], lines=400)
 
 
+def test_a_stopped_job_pages_its_owners_channel_through_beat_and_the_worker(deployed, world, webhook):
+    """Issue #15: the pipeline's last batch is old and messages wait (ERR); once its owner is set,
+    the collectors (beat -> worker) decide the notification and the worker delivers it."""
+    def paged():
+        return [m for m in webhook.received if m["title"].startswith("[Offset Watch] ERR: ") and world["topic"] in m["title"]]
+
+    assert wait_for(paged, timeout_s=30), f"no incident reached the webhook: {webhook.received}\n{deployed.logs()}"
+    message = paged()[0]["message"]
+    assert "stopped with" in message and "Owner: payments-team" in message
+    assert f"http://offsetwatch.example/pipelines/{world['pipeline']}/" in message
+    sent = deployed.shell_json("from dashboard.models import Notification\n"
+                               f"result = list(Notification.objects.filter(pipeline_id={world['pipeline']}, "
+                               "event='incident.opened').values_list('status', flat=True))")
+    assert sent == ["sent"]
+
+
 def test_an_approved_rewind_is_announced_on_the_webhook_through_the_worker(deployed, world, webhook):
     """Issue #11, observation 9: approvers were never notified (the web process's task went to
     amqp://localhost:5672)."""
@@ -149,13 +171,13 @@ def test_an_approved_rewind_is_announced_on_the_webhook_through_the_worker(deplo
     assert status == 302, body.decode()[-2000:]
 
     def announced(event):
-        return [m for m in webhook.received if m["event"] == event and m["rewind"]["id"] == rewind_id]
+        return [m for m in webhook.received if m["title"].startswith(f"[Offset Watch] rewind {rewind_id} {event}:")]
 
     assert wait_for(lambda: announced("approved"), timeout_s=30), (
         f"no 'approved' notification reached the webhook; received: {webhook.received}\n{deployed.logs()}")
     assert announced("requested")
-    message = announced("approved")[0]
-    assert message["rewind"]["approved_by"] == "april" and message["rewind"]["requested_by"] == "olivia"
+    message = announced("approved")[0]["message"]
+    assert "approved by: april" in message and "requested by: olivia" in message
     assert "notification" in deployed.logs(["worker"], lines=400)
 
 
@@ -234,7 +256,7 @@ def test_every_process_binds_the_tasks_to_the_projects_celery_app(tmp_path):
     code = ("import django; django.setup()\n"
             "from dashboard import tasks\n"
             "print(tasks.export_run.app.main, tasks.export_run.app.conf.broker_url,"
-            " tasks.notify_deliver.app.conf.broker_url)")
+            " tasks.notification_deliver.app.conf.broker_url)")
     env = {k: v for k, v in os.environ.items() if k != "CELERY_BROKER_URL"}
     env.update(DJANGO_SETTINGS_MODULE="offsetwatch.settings", REDIS_URL="redis://127.0.0.1:6399/7")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,

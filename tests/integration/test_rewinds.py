@@ -287,22 +287,30 @@ def test_write_into_the_store_only_while_the_job_is_stopped(stack, unique_name, 
 
 
 def test_request_and_approval_notify_with_before_and_after(payments, olga, amir, django_capture_on_commit_callbacks, settings):
-    """A delivery is queued after each commit; the summary carries the offsets and the people."""
-    from dashboard.notifications import services as notify
+    """Each transition writes one outbox row per channel routed to for rewinds, handed to a
+    worker after commit; the summary carries the offsets and the people."""
+    from dashboard.alerting.rewind_notify import rewind_message
+    from dashboard.models import Channel, Notification, Route
     from dashboard.rewinds.services import rewind_summary
 
-    settings.NOTIFY_WEBHOOK_URL = "http://127.0.0.1:9/hook"
     settings.PUBLIC_URL = "https://offsetwatch.example.com"
+    channel = Channel.objects.create(name="rewinds", kind="webhook", url="json://127.0.0.1:9/hook")
+    Route.objects.create(name="rewinds only", channel=channel, statuses=[], rewinds=True)
+    Route.objects.create(name="incidents only", channel=Channel.objects.create(
+        name="pager", kind="webhook", url="json://127.0.0.1:9/pager"), rewinds=False)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         r = request(payments, olga)
         rewind_decide(rewind=r, user=amir, approve=True)
-    assert len(callbacks) == 2  # requested, approved: one webhook delivery each, after commit
+    assert len(callbacks) == 2  # requested, approved: each handed to a worker after its commit
+    assert list(Notification.objects.filter(pipeline=payments).order_by("pk").values_list("event", "channel__name")) == [
+        ("rewind.requested", "rewinds"), ("rewind.approved", "rewinds")]
     summary = rewind_summary(RewindRequest.objects.get(pk=r.pk))
     assert summary["before"] == {"0": 60, "1": 50} and summary["after"] == {"0": 30, "1": 20}
     assert summary["requested_by"] == "olga" and summary["approved_by"] == "amir"
     assert summary["url"] == f"https://offsetwatch.example.com/rewinds/{r.pk}/"
-    text = str(notify.rewind_message(event="approved", rewind_summary=summary))
+    text = str(rewind_message(event="approved", rewind_summary=summary))
     assert "amir" in text and "bad deploy wrote garbage" in text
+    assert "p0: 60 → 30" in Notification.objects.get(event="rewind.approved").body
 
 
 def test_a_point_in_time_from_the_broker_s_index(payments, olga, monkeypatch):

@@ -20,8 +20,8 @@ from django.urls import reverse
 
 from collectors import cycle
 from dashboard.accounts.tokens import api_token_issue, pipeline_token_issue
+from dashboard.alerting.rewind_notify import rewind_message
 from dashboard.models import Cluster, Incident, PipelineEvaluation, SourceHealth, Store
-from dashboard.notifications import services as notify
 from dashboard.rewinds import services as rewinds
 from devstack.components import free_port
 from reference_job.producer import ensure_topic, produce
@@ -54,8 +54,6 @@ def world(stack, unique_name, settings, olga, amir, prometheus):
     real bootstrap list and then with one carrying a password (failing), and a rewind."""
     settings.POLL_PROBE_TIMEOUT_S = 1.0
     settings.IO_TIMEOUT_S = 2.0
-    settings.NOTIFY_WEBHOOK_URL = ""
-    settings.NOTIFY_EMAILS = []
     topic, group = unique_name("orders"), "etl"
     ensure_topic(stack.kafka_bootstrap, topic, 2)
     produce(stack.kafka_bootstrap, topic, 2, 20)
@@ -161,7 +159,7 @@ def test_no_output_shows_a_store_or_cluster_secret(world, client, sam, caplog, s
 
     # Notifications of the rewind, as each channel would send them.
     for event in ("requested", "approved"):
-        message = notify.rewind_message(event=event, rewind_summary=rewinds.rewind_summary(rewind))
+        message = rewind_message(event=event, rewind_summary=rewinds.rewind_summary(rewind))
         assert not _leaks(json.dumps(message, ensure_ascii=False))
 
     # Everything stored for people to read: evaluation and incident reasons, outcomes.
