@@ -14,6 +14,7 @@ and without privacy names them for every kind, whatever field a plugin keeps the
 """
 from __future__ import annotations
 
+import base64
 import logging
 import re
 from urllib.parse import quote, unquote
@@ -140,6 +141,9 @@ def _secrets(plugin) -> set[str]:
         value = getattr(plugin, spec.get("map_to", name), None) if spec.get("private") else None
         found.update(v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, str))
     found.update(v for v in (getattr(plugin, "headers", None) or {}).values() if isinstance(v, str))
+    user, password = getattr(plugin, "user", None), getattr(plugin, "password", None)
+    if isinstance(user, str) and isinstance(password, str):  # as a Basic Authorization header quotes them
+        found.add(base64.b64encode(f"{user}:{password}".encode()).decode().rstrip("="))
     return {s for s in found if s}
 
 
@@ -179,8 +183,9 @@ def _bounded(plugin, timeout_s: float):
     plugin.retry = 0
     # A long body is cut, not split into several messages.
     plugin.overflow_mode = OverflowMode.TRUNCATE
-    if type(plugin).__name__ == "NotifyEmail":
-        plugin.notify_format = NotifyFormat.TEXT  # a text/plain mail keeps the body's lines
+    # Sent as the plain text it is: in a plugin's own format (Markdown for Teams, HTML for email)
+    # apprise would escape it (a backslash before each "(" in a Teams card) or re-flow it (an email's lines joined).
+    plugin.notify_format = NotifyFormat.TEXT
     if type(plugin).__name__ == "NotifyOpsgenie":
         # apprise maps an info message to "add a note to the alert it opened before", which a
         # fresh plugin never has: it would send nothing and report success. Open an alert.
