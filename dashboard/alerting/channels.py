@@ -99,7 +99,8 @@ def _scrub_unread(text: str, url: str) -> str:
     """apprise's words about a URL it could not read, without any piece of that URL (it quotes
     the token it found invalid) beyond what _unread_masked shows."""
     shown = _unread_masked(url)
-    text = text.replace(url, shown)
+    if url.partition("://")[2]:
+        text = text.replace(url, shown)
     pieces = {unquote(p) for p in _PIECE.findall(url.partition("://")[2])} - set(_PIECE.findall(shown))
     for piece in sorted(pieces, key=len, reverse=True):
         if len(piece) >= 3:
@@ -121,10 +122,9 @@ def _plugin(url: str):
     if plugin is None:
         why = " ".join(m.strip() for m in said if not m.startswith(("Could not load", "Unparseable", "Unsupported")))
         scheme = url.partition("://")[0]
-        raise ValueError(_scrub_unread(
-            f"{_unread_masked(url)}: " + (f"apprise could not read this {scheme}:// URL: {why}" if why else
-                                          f"{scheme}:// is not a channel URL apprise reads; use {_SUPPORTED}")
-            + " (docs/alerting.md lists the forms)", url))
+        problem = (f"apprise could not read this {scheme}:// URL: {_scrub_unread(why, url)}" if why else
+                   f"{scheme}:// is not a channel URL apprise reads; use {_SUPPORTED}")
+        raise ValueError(f"{_unread_masked(url)}: {problem} (docs/alerting.md lists the forms)")
     return plugin
 
 

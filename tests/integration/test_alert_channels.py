@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+import requests  # what apprise sends with, honouring the same environment
 
 from dashboard.alerting.channels import DeliveryError, send
 from tests.peers.http import closed_port
@@ -247,3 +248,21 @@ def test_a_long_body_is_one_message(peers):
     send(peers.urls["dingtalk"], title=TITLE, body="x" * 50_000)
     assert len(peers.received("dingtalk")) == 1
 
+
+
+# --- the peers check what they are sent: a malformed payload gets the service's own error ---------
+
+@pytest.mark.parametrize("url, status, says", [
+    ("https://hooks.slack.com/services/T0/B0/X0", 400, b"no_text"),
+    ("https://prod-00.westus.logic.azure.com/workflows/w0/triggers/manual/paths/invoke?sig=s0", 400,
+     b"InvalidRequestContent"),
+    ("https://events.pagerduty.com/v2/enqueue", 400, b"invalid event"),
+    ("https://api.opsgenie.com/v2/alerts", 401, b"Could not authenticate"),
+    ("https://oapi.dingtalk.com/robot/send?access_token=t0", 200, b'"errcode": 40035'),
+    ("https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=k0", 200, b'"errcode": 40008'),
+    ("https://open.feishu.cn/open-apis/bot/v2/hook/t0", 400, b'"code": 9499'),
+])
+def test_each_peer_refuses_a_malformed_payload(peers, url, status, says):
+    answer = requests.post(url, json={"unexpected": True}, timeout=10)
+    assert (answer.status_code, says in answer.content) == (status, True), answer.content
+    assert peers.received()[-1].status == status
