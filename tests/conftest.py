@@ -23,6 +23,8 @@ import pytest
 from devstack.components import LOOPBACK, Stack, StackPorts, free_port
 from tests.actors import actor
 
+pytest_plugins = ["tests.peers.fixtures"]  # the notification services' local peers
+
 
 @dataclass(frozen=True)
 class RunningStack:
