@@ -1,14 +1,12 @@
 """Incident notifications decided by the collection cycle (dashboard.alerting.services), written
 to the outbox and delivered to a real HTTP peer: opened, no flapping, resolved, reminders stopped
 by an acknowledgement, silences, routes, archived pipelines. The stores are the real HBase
-stand-in and Tansu (through collect_once, as the worker runs it); delivery is the outbox's."""
+stand-in and Tansu (through collect_once, as the worker runs it); delivery is the outbox's, to
+the JSON-webhook peer (tests/peers)."""
 from __future__ import annotations
 
-import json
-import threading
 import time
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.utils import timezone
@@ -23,33 +21,12 @@ from tests.factories import hbase_store_setup, save
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-class _Hook(BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.server.received.append(json.loads(body))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
-def webhook():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
-    server.received = []
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-
-
-@pytest.fixture
-def alerting(settings, webhook):
+def alerting(settings, peers):
     settings.RESOLVE_AFTER_SAMPLES = 3
     settings.RENOTIFY_AFTER_S = 3600.0
     settings.PUBLIC_URL = "https://offsetwatch.example.com"
-    channel = Channel.objects.create(name="payments on-call", kind="webhook",
-                                     url=f"json://127.0.0.1:{webhook.server_address[1]}/hook")
+    channel = Channel.objects.create(name="payments on-call", kind="webhook", url=peers.urls["webhook"])
     Route.objects.create(name="payments", channel=channel, owner_pattern="payments-*")
     return channel
 
@@ -75,7 +52,7 @@ def sent(pipeline) -> list[str]:
 
 
 def test_an_incident_is_sent_once_with_its_reason_lag_and_link_and_reaches_the_channel(stack, unique_name, alerting,
-                                                                                      webhook):
+                                                                                      peers):
     s, pipeline = stopped_pipeline(stack, unique_name)
     # The owner was set after the first cycle: the incident opened then, nothing matched "payments-*".
     assert sent(pipeline) == []
@@ -92,8 +69,8 @@ def test_an_incident_is_sent_once_with_its_reason_lag_and_link_and_reaches_the_c
     assert outbox.notifications_sweep() == 1
     n.refresh_from_db()
     assert (n.status, n.attempts) == ("sent", 1)
-    [payload] = webhook.received
-    assert payload["title"] == n.title and "stopped with 6 messages waiting" in payload["message"]
+    [got] = peers.received("webhook")
+    assert got.json["title"] == n.title and "stopped with 6 messages waiting" in got.json["message"]
 
     collect_once()  # still ERR: nothing new to say
     assert sent(pipeline) == ["incident.opened"]
@@ -167,9 +144,9 @@ def test_a_pattern_silence_covers_every_matching_pipeline(stack, unique_name, al
     assert sent(pipeline) == []
 
 
-def test_routes_choose_channels_by_names_and_statuses(stack, unique_name, alerting, webhook):
+def test_routes_choose_channels_by_names_and_statuses(stack, unique_name, alerting, peers):
     _, pipeline = stopped_pipeline(stack, unique_name, owner="search-team")
-    err_only = Channel.objects.create(name="errors", kind="webhook", url=f"json://127.0.0.1:{webhook.server_address[1]}/e")
+    err_only = Channel.objects.create(name="errors", kind="webhook", url=peers.urls["webhook"] + "/errors")
     Route.objects.create(name="stalls only", channel=err_only, topic_pattern=pipeline.topic, statuses=["STALLED"])
     Route.objects.create(name="rewinds only", channel=err_only, topic_pattern=pipeline.topic, statuses=[])
     collect_once()
@@ -221,7 +198,7 @@ def test_a_pipeline_whose_topic_is_gone_is_archived_after_the_age(settings, stac
 
 
 def test_a_cycle_goes_on_when_the_broker_cannot_take_the_delivery_task_and_the_sweep_sends_it(
-        settings, stack, unique_name, alerting, webhook):
+        settings, stack, unique_name, alerting, peers):
     from celery import current_app
 
     _, pipeline = stopped_pipeline(stack, unique_name)
@@ -238,4 +215,4 @@ def test_a_cycle_goes_on_when_the_broker_cannot_take_the_delivery_task_and_the_s
     assert PipelineEvaluation.objects.get(pipeline=pipeline).status == Status.ERR
     outbox.notifications_sweep()
     n.refresh_from_db()
-    assert n.status == "sent" and len(webhook.received) == 1
+    assert n.status == "sent" and len(peers.received("webhook")) == 1

@@ -13,14 +13,11 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from devstack.components import LOOPBACK, free_port
 from devstack.deployment import ROOT, Deployment, wait_for
 from reference_job.producer import ensure_topic, produce
 from streamoffsets.dashboard_client import DashboardClient, DashboardError
@@ -33,42 +30,11 @@ POLL_INTERVAL_S = 2.0
 PASSWORD = "correct horse battery staple"
 
 
-class Webhook:
-    """A local HTTP server taking the notifications' JSON POSTs (apprise's json:// form: title, message)."""
-
-    def __init__(self):
-        received = self.received = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer((LOOPBACK, free_port()), Handler)
-        self.url = f"json://{LOOPBACK}:{self.server.server_port}/hook/secret-part"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture(scope="module")
-def webhook():
-    hook = Webhook()
-    yield hook
-    hook.close()
-
-
-@pytest.fixture(scope="module")
-def deployed(stack, webhook, tmp_path_factory):
+def deployed(stack, peer_network, tmp_path_factory):
     deployment = Deployment(tmp_path_factory.mktemp("deployed"), stack=stack, poll_interval_s=POLL_INTERVAL_S,
-                            env={"OFFSETWATCH_PUBLIC_URL": "http://offsetwatch.example"})
+                            # The worker reaches the notification services' peers (tests/peers) by environment.
+                            env={**peer_network.env, "OFFSETWATCH_PUBLIC_URL": "http://offsetwatch.example"})
     t0 = time.monotonic()
     deployment.start()
     deployment.startup_s = time.monotonic() - t0
@@ -79,7 +45,7 @@ def deployed(stack, webhook, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def world(deployed, stack, webhook):
+def world(deployed, stack, peer_network):
     """Named people and one pipeline the deployed collectors discovered: a topic on Tansu, an HBase
     store with three batches of it, registered through `manage.py shell` like an operator would."""
     deployed.create_user("alice", "viewer", password=PASSWORD)
@@ -106,13 +72,16 @@ def world(deployed, stack, webhook):
         "result = p and LagSample.objects.filter(pipeline=p).exists() and p.batches.count() == 3 and p.pk"),
         timeout_s=60, interval_s=0.5)
     assert pipeline, f"the deployed collectors never recorded the pipeline\n{deployed.logs()}"
-    # The payments team's on-call channel, as an admin sets it up: its pipelines' incidents and rewinds.
+    # The payments team's channels, as an admin sets them up: its incidents to Slack (through the
+    # HTTPS peer standing in for hooks.slack.com), its rewinds to a JSON webhook.
     deployed.shell_json(
         "from dashboard.models import Channel, Pipeline, Route\n"
-        f"c = Channel.objects.create(name='payments on-call', kind='webhook', url={webhook.url!r})\n"
-        "Route.objects.create(name='payments', channel=c, owner_pattern='payments-*')\n"
+        f"slack = Channel.objects.create(name='payments on-call', kind='slack', url={peer_network.urls['slack']!r})\n"
+        f"hook = Channel.objects.create(name='payments rewinds', kind='webhook', url={peer_network.urls['webhook']!r})\n"
+        "Route.objects.create(name='payments incidents', channel=slack, owner_pattern='payments-*', rewinds=False)\n"
+        "Route.objects.create(name='payments rewinds', channel=hook, owner_pattern='payments-*', statuses=[])\n"
         f"Pipeline.objects.filter(pk={pipeline}).update(owner='payments-team')\n"
-        "result = c.pk")
+        "result = slack.pk")
     return {**ids, "pipeline": pipeline, "topic": topic}
 
 
@@ -142,14 +111,16 @@ def test_a_background_export_asked_for_on_the_page_is_written_by_the_worker_and_
     assert "received" in deployed.logs(["worker"], lines=400) and "export_run" in deployed.logs(["worker"], lines=400)
 
 
-def test_a_stopped_job_pages_its_owners_channel_through_beat_and_the_worker(deployed, world, webhook):
+def test_a_stopped_job_pages_its_owners_channel_through_beat_and_the_worker(deployed, world, peer_network):
     """Issue #15: the pipeline's last batch is old and messages wait (ERR); once its owner is set,
-    the collectors (beat -> worker) decide the notification and the worker delivers it."""
+    the collectors (beat -> worker) decide the notification and the worker delivers it to Slack."""
     def paged():
-        return [m for m in webhook.received if m["title"].startswith("[Offset Watch] ERR: ") and world["topic"] in m["title"]]
+        return [json.dumps(r.json) for r in peer_network.received("slack")
+                if r.status == 200 and "ERR: " in json.dumps(r.json) and world["topic"] in json.dumps(r.json)]
 
-    assert wait_for(paged, timeout_s=30), f"no incident reached the webhook: {webhook.received}\n{deployed.logs()}"
-    message = paged()[0]["message"]
+    assert wait_for(paged, timeout_s=30), (
+        f"no incident reached Slack: {peer_network.received('slack')}\n{deployed.logs()}")
+    message = paged()[0]
     assert "stopped with" in message and "Owner: payments-team" in message
     assert f"http://offsetwatch.example/pipelines/{world['pipeline']}/" in message
     sent = deployed.shell_json("from dashboard.models import Notification\n"
@@ -158,7 +129,7 @@ def test_a_stopped_job_pages_its_owners_channel_through_beat_and_the_worker(depl
     assert sent == ["sent"]
 
 
-def test_an_approved_rewind_is_announced_on_the_webhook_through_the_worker(deployed, world, webhook):
+def test_an_approved_rewind_is_announced_on_the_webhook_through_the_worker(deployed, world, peer_network):
     """Issue #11, observation 9: approvers were never notified (the web process's task went to
     amqp://localhost:5672)."""
     olivia, april = deployed.session("olivia", PASSWORD), deployed.session("april", PASSWORD)
@@ -171,10 +142,12 @@ def test_an_approved_rewind_is_announced_on_the_webhook_through_the_worker(deplo
     assert status == 302, body.decode()[-2000:]
 
     def announced(event):
-        return [m for m in webhook.received if m["title"].startswith(f"[Offset Watch] rewind {rewind_id} {event}:")]
+        return [r.json for r in peer_network.received("webhook")
+                if r.json["title"].startswith(f"[Offset Watch] rewind {rewind_id} {event}:")]
 
     assert wait_for(lambda: announced("approved"), timeout_s=30), (
-        f"no 'approved' notification reached the webhook; received: {webhook.received}\n{deployed.logs()}")
+        f"no 'approved' notification reached the webhook; received: {peer_network.received('webhook')}\n"
+        f"{deployed.logs()}")
     assert announced("requested")
     message = announced("approved")[0]["message"]
     assert "approved by: april" in message and "requested by: olivia" in message

@@ -1,13 +1,11 @@
-"""The notification outbox (dashboard.alerting.outbox) against a real HTTP peer: delivered once,
+"""The notification outbox (dashboard.alerting.outbox) against the JSON-webhook peer (tests/peers): delivered once,
 retried with backoff on failures until sent, given up with the reason after the retries, never
 sent twice by two workers, nothing sent to a disabled channel; the admin's test message."""
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.db import connections
@@ -16,49 +14,9 @@ from django.utils import timezone
 from dashboard.alerting import outbox
 from dashboard.audit.actor import Actor
 from dashboard.models import AuditEvent, Channel, Notification
+from tests.peers.network import SECRETS
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class Peer:
-    """A JSON webhook peer answering each POST with the next scripted status (the last repeats)."""
-
-    def __init__(self, statuses=(200,)):
-        self.statuses, self.received = list(statuses), []
-        peer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                peer.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                status = peer.statuses.pop(0) if len(peer.statuses) > 1 else peer.statuses[0]
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        # The secret part of a webhook URL lives in its path (Slack, Teams): it must never be shown.
-        self.url = f"json://127.0.0.1:{self.server.server_port}/hooks/T0-secret-path"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def peer_of():
-    peers = []
-
-    def make(*statuses):
-        peers.append(Peer(statuses or (200,)))
-        return peers[-1]
-
-    yield make
-    for p in peers:
-        p.close()
 
 
 def enqueue(channel: Channel, title="[Offset Watch] ERR: orders / etl (prod)") -> Notification:
@@ -67,19 +25,27 @@ def enqueue(channel: Channel, title="[Offset Watch] ERR: orders / etl (prod)") -
     return row
 
 
-def test_delivered_once(peer_of):
-    peer = peer_of(200)
-    n = enqueue(Channel.objects.create(name="hook", kind="webhook", url=peer.url))
+@pytest.fixture
+def hook(peers):
+    return Channel.objects.create(name="hook", kind="webhook", url=peers.urls["webhook"])
+
+
+def titles(peers) -> list[str]:
+    return [r.json["title"] for r in peers.received("webhook") if r.status == 200]
+
+
+def test_delivered_once(peers, hook):
+    n = enqueue(hook)
     assert outbox.notification_deliver(n.pk) == "sent"
     assert outbox.notification_deliver(n.pk) is None  # sent: nothing more to do
     assert outbox.notifications_sweep() == 0
-    assert [m["title"] for m in peer.received] == ["[Offset Watch] ERR: orders / etl (prod)"]
+    assert titles(peers) == ["[Offset Watch] ERR: orders / etl (prod)"]
 
 
-def test_failures_are_retried_with_growing_pauses_until_sent(settings, peer_of):
+def test_failures_are_retried_with_growing_pauses_until_sent(settings, peers, hook):
     settings.NOTIFY_BACKOFF_S, settings.NOTIFY_RETRIES = 5.0, 5
-    peer = peer_of(503, 503, 200)
-    n = enqueue(Channel.objects.create(name="hook", kind="webhook", url=peer.url))
+    peers.fail("webhook", 503, times=2)
+    n = enqueue(hook)
     assert outbox.notification_deliver(n.pk) == "pending"
     n.refresh_from_db()
     first_pause = (n.next_attempt_at - timezone.now()).total_seconds()
@@ -92,24 +58,32 @@ def test_failures_are_retried_with_growing_pauses_until_sent(settings, peer_of):
     assert n.attempts == 2 and 8.0 < second_pause <= 10.0  # doubled
     assert outbox.notifications_sweep(now=n.next_attempt_at + timedelta(seconds=1)) == 1
     n.refresh_from_db()
-    assert (n.status, n.attempts, n.last_error) == ("sent", 3, "") and len(peer.received) == 3
+    assert (n.status, n.attempts, n.last_error) == ("sent", 3, "") and len(peers.received("webhook")) == 3
 
 
-def test_given_up_after_the_retries_with_the_reason_and_no_secret(settings, peer_of, caplog):
+def test_given_up_after_the_retries_with_the_reason_and_no_secret(settings, peers, hook, caplog):
     settings.NOTIFY_BACKOFF_S, settings.NOTIFY_RETRIES = 0.0, 2
-    peer = peer_of(503)
-    n = enqueue(Channel.objects.create(name="hook", kind="webhook", url=peer.url))
+    peers.fail("webhook", 503, times=10)
+    n = enqueue(hook)
     with caplog.at_level(logging.INFO):
         statuses = [outbox.notification_deliver(n.pk) for _ in range(4)]
     assert statuses == ["pending", "pending", "failed", None]
     n.refresh_from_db()
     assert n.status == "failed" and n.attempts == 3 and n.last_error
-    assert "giving up" in caplog.text and "T0-secret-path" not in caplog.text + n.last_error
+    assert "giving up" in caplog.text and "503" in n.last_error
+    assert SECRETS["webhook"][0] not in caplog.text + n.last_error
 
 
-def test_two_workers_never_send_one_message_twice(peer_of):
-    peer = peer_of(200)
-    n = enqueue(Channel.objects.create(name="hook", kind="webhook", url=peer.url))
+def test_a_refusal_is_not_retried(peers, hook):
+    peers.fail("webhook", 400)
+    n = enqueue(hook)
+    assert outbox.notification_deliver(n.pk) == "failed"
+    n.refresh_from_db()
+    assert n.attempts == 1 and "400" in n.last_error
+
+
+def test_two_workers_never_send_one_message_twice(peers, hook):
+    n = enqueue(hook)
     locked, release = threading.Event(), threading.Event()
 
     def other_worker():  # holds the row as a worker sending it would
@@ -131,24 +105,21 @@ def test_two_workers_never_send_one_message_twice(peer_of):
     finally:
         release.set()
         t.join()
-    assert peer.received == []
+    assert peers.received("webhook") == []
 
 
-def test_nothing_is_sent_to_a_disabled_channel(peer_of):
-    peer = peer_of(200)
-    channel = Channel.objects.create(name="hook", kind="webhook", url=peer.url)
-    n = enqueue(channel)
-    Channel.objects.filter(pk=channel.pk).update(enabled=False)
+def test_nothing_is_sent_to_a_disabled_channel(peers, hook):
+    n = enqueue(hook)
+    Channel.objects.filter(pk=hook.pk).update(enabled=False)
     assert outbox.notification_deliver(n.pk) == "failed"
     n.refresh_from_db()
-    assert n.last_error == "the channel was disabled" and peer.received == []
+    assert n.last_error == "the channel was disabled" and peers.received("webhook") == []
 
 
-def test_the_admins_test_message_goes_through_the_outbox_and_is_audited(peer_of, amir):
-    peer = peer_of(200)
-    channel = Channel.objects.create(name="hook", kind="webhook", url=peer.url)
-    n = outbox.channel_test(channel=channel, actor=Actor.of_user(amir, "10.0.0.7"))
+def test_the_admins_test_message_goes_through_the_outbox_and_is_audited(peers, hook, amir):
+    n = outbox.channel_test(channel=hook, actor=Actor.of_user(amir, "10.0.0.7"))
     assert outbox.notifications_sweep() == 1
-    assert peer.received[0]["title"] == "[Offset Watch] test notification" and "amir" in peer.received[0]["message"]
+    [got] = peers.received("webhook")
+    assert got.json["title"] == "[Offset Watch] test notification" and "amir" in got.json["message"]
     event = AuditEvent.objects.get(action="channel.tested")
     assert (event.actor, event.remote_addr, event.details["notification"]) == ("amir", "10.0.0.7", n.pk)
