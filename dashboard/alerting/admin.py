@@ -74,8 +74,8 @@ class ChannelAdmin(AuditedAdmin):
         return f"channel {obj.name}"
 
     def audit_snapshot(self, obj) -> dict:
-        values = model_snapshot(obj, fields=["name", "kind", "enabled"])
-        values["url"] = channels.masked(obj.url)
+        values = model_snapshot(obj, fields=["name", "enabled"])
+        values["kind"], values["url"] = obj.kind, channels.masked(obj.url)  # kind: not editable, derived
         if getattr(obj, "_audit_url_secret", None):
             values["url_secret"] = obj._audit_url_secret
         return values
