@@ -33,7 +33,7 @@ def _add_channel(client, url: str, name: str = "on-call"):
 
 
 @pytest.mark.parametrize("url,expected", [
-    ("not a url", "not a channel URL apprise understands"),
+    ("not a url", "not a channel URL (no scheme://)"),
     ("tgram://123456789:abcdefg_hijklmnop/12315544/", "Telegram channels are not supported"),
 ])
 def test_a_channel_url_apprise_cannot_use_is_a_form_error(root, url, expected):
