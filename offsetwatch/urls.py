@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from dashboard.web import audit_views, rewind_views
+from dashboard.web import alert_views, audit_views, rewind_views
 from dashboard.web.chart_views import (
     export_job_download,
     export_job_new,
@@ -51,6 +51,12 @@ urlpatterns = [
     path("rewinds/<int:rewind_id>/decide", rewind_views.rewind_decide, name="rewind_decide"),
     path("rewinds/<int:rewind_id>/cancel", rewind_views.rewind_cancel, name="rewind_cancel"),
     path("rewinds/<int:rewind_id>/write", rewind_views.rewind_write, name="rewind_write"),
+    path("pipelines/<int:pipeline_id>/incidents/<int:incident_id>/acknowledge", alert_views.incident_acknowledge,
+         name="incident_acknowledge"),
+    path("pipelines/<int:pipeline_id>/silence", alert_views.pipeline_silence, name="pipeline_silence"),
+    path("silences/", alert_views.silences, name="silences"),
+    path("silences/new", alert_views.silence_new, name="silence_new"),
+    path("silences/<int:silence_id>/cancel", alert_views.silence_cancel, name="silence_cancel"),
     path("audit/", audit_views.audit_log, name="audit"),
     path("audit/verify", audit_views.audit_verify_now, name="audit_verify"),
     path("audit/export.csv", audit_views.audit_export, {"fmt": "csv"}, name="audit_export_csv"),

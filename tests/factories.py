@@ -195,6 +195,8 @@ class SecurityWorld:
     rewind: object  # requested (store mode) by olga, not one of the actors: nobody acting decided it
     export_job: object  # the viewer's finished export, its file on disk
     actors: dict[str, Actor]
+    incident: object = None  # the pipeline's closed incident: acknowledging it is a 409
+    silence: object = None  # olga's active silence of the pipeline: cancelling it is a 302
 
 
 def security_world(unique_name, tmp_path) -> SecurityWorld:
@@ -223,8 +225,19 @@ def security_world(unique_name, tmp_path) -> SecurityWorld:
     # A row for every admin page to show (change, delete, history views).
     start_report_record(pipeline=pipeline, report={"topic": pipeline.topic, "group": pipeline.group,
                                                             "offsets": {"0": 9, "1": 8}})
-    Incident.objects.create(pipeline=pipeline, opened_at=timezone.now(), closed_at=timezone.now(), worst_status=2,
-                            reasons=["test"])  # closed: the evaluation may have opened one already
+    incident = Incident.objects.create(pipeline=pipeline, opened_at=timezone.now(), closed_at=timezone.now(),
+                                       worst_status=2, reasons=["test"])  # closed: the evaluation may have opened one already
+    # Alerting's rows (dashboard/alerting/admin.py): a channel, a route, a silence, a notification.
+    from datetime import timedelta
+
+    from dashboard.models import Channel, Notification, Route, Silence
+
+    channel = Channel.objects.create(name=unique_name("channel"), kind="webhook", url="json://hooks.example.com/ow")
+    Route.objects.create(name=unique_name("route"), channel=channel)
+    silence = Silence.objects.create(pipeline=pipeline, starts_at=timezone.now(), created_by=actor("olga"),
+                                     ends_at=timezone.now() + timedelta(hours=1), reason="maintenance")
+    Notification.objects.create(channel=channel, event="channel.test", title="t", body="b",
+                                next_attempt_at=timezone.now(), created_at=timezone.now())
     StoreProblem.objects.create(store=pipeline.store, key="row-1", problem="test")
     from dashboard.monitoring import health as collector_health
 
@@ -247,4 +260,4 @@ def security_world(unique_name, tmp_path) -> SecurityWorld:
         "other_pipeline_token": Actor("other_pipeline_token",
                                       token=pipeline_token_issue(pipeline=other, name="job")[1]),
     }
-    return SecurityWorld(pipeline, other, rewind, export_job, actors)
+    return SecurityWorld(pipeline, other, rewind, export_job, actors, incident, silence)

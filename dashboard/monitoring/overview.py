@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 
-from dashboard.models import Pipeline
+from dashboard.models import Incident, Pipeline
 
 
 def pipelines_filtered(
@@ -19,24 +19,40 @@ def pipelines_filtered(
 
 
 def overview_rows(
-    *, statuses: list[int] | None = None, store: str | None = None, cluster: str | None = None, q: str | None = None
+    *, statuses: list[int] | None = None, store: str | None = None, cluster: str | None = None, q: str | None = None,
+    archived: bool = False,
 ) -> list[dict]:
     """The overview table: the same pipelines in the same order as pipelines_filtered, as plain
     rows of the shown columns only (a thousand model instances and their per-partition JSON cost
-    more than the page may)."""
-    rows = _pipelines_query(statuses=statuses, store=store, cluster=cluster, q=q)
+    more than the page may). Archived pipelines only with `archived` (then with the others).
+    One query."""
+    rows = _pipelines_query(statuses=statuses, store=store, cluster=cluster, q=q, archived=None if archived else False)
+    open_acknowledged = Incident.objects.filter(pipeline=OuterRef("pk"), partition=None, closed_at=None,
+                                                acknowledged_at__isnull=False)
     return list(rows.values(
-        "pk", "topic", "group", "last_batch_ms", store_name=F("store__name"), status=F("evaluation__status"),
+        "pk", "topic", "group", "last_batch_ms", "owner", "archived_at", store_name=F("store__name"),
+        status=F("evaluation__status"),
         reasons=F("evaluation__reasons"), total_lag=F("evaluation__total_lag"),
         lag_seconds=F("evaluation__lag_seconds"), lag_seconds_method=F("evaluation__lag_seconds_method"),
         retention_seconds_left=F("evaluation__retention_seconds_left"),
         sparkline_svg=F("evaluation__sparkline_svg"), sparkline_max=F("evaluation__sparkline_max"), worst_partition=F("evaluation__worst_partition"),
-        worst_partition_lag=F("evaluation__worst_partition_lag"),
+        worst_partition_lag=F("evaluation__worst_partition_lag"), acknowledged=Exists(open_acknowledged),
     ))
 
 
-def _pipelines_query(*, statuses: list[int] | None, store: str | None, cluster: str | None, q: str | None):
+def archived_count(
+    *, statuses: list[int] | None = None, store: str | None = None, cluster: str | None = None, q: str | None = None,
+) -> int:
+    """How many archived pipelines the overview's filters match (its "show N archived" link). One query."""
+    return _pipelines_query(statuses=statuses, store=store, cluster=cluster, q=q, archived=True).count()
+
+
+def _pipelines_query(*, statuses: list[int] | None, store: str | None, cluster: str | None, q: str | None,
+                     archived: bool | None = None):
+    """`archived`: None every pipeline, False those not archived, True the archived ones only."""
     rows = Pipeline.objects.all()
+    if archived is not None:
+        rows = rows.filter(archived_at__isnull=not archived)
     if statuses is not None:
         rows = rows.filter(evaluation__status__in=statuses)
     if store is not None:

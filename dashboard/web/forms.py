@@ -17,6 +17,9 @@ class OverviewFilterForm(forms.Form):
     store = forms.ChoiceField(required=False)
     cluster = forms.ChoiceField(required=False)
     q = forms.CharField(required=False, max_length=200, strip=True, label="topic or group contains")
+    # Archived pipelines are hidden unless `archived=1` (the overview's "show N archived" link).
+    # A checkbox sends "1"; anything else ("0", garbage) is "no", not an error.
+    archived = forms.CharField(required=False, max_length=10, label="archived too")
 
     def __init__(self, data, *, stores: list[str], clusters: list[str]):
         super().__init__(data)
@@ -40,4 +43,5 @@ class OverviewFilterForm(forms.Form):
             "store": data["store"] or None,
             "cluster": data["cluster"] or None,
             "q": data["q"] or None,
+            "archived": data["archived"].lower() in ("1", "true", "on", "yes"),
         }

@@ -18,9 +18,10 @@ from django.views.decorators.http import require_GET
 
 from dashboard import params
 from dashboard.accounts.roles import OPERATOR, VIEWER, role_required, user_has_role
+from dashboard.alerting.page_selectors import rows_silenced
 from dashboard.api import metrics
 from dashboard.models import Pipeline
-from dashboard.monitoring.overview import overview_rows, pipelines_metrics
+from dashboard.monitoring.overview import archived_count, overview_rows, pipelines_metrics
 from dashboard.monitoring.selectors import (
     broker_check,
     cluster_names,
@@ -39,6 +40,7 @@ from dashboard.monitoring.selectors import (
     unreachable_sources,
 )
 from dashboard.rewinds.selectors import pipeline_rewinds
+from dashboard.web.alert_views import oncall_context
 from dashboard.web.forms import OverviewFilterForm
 from offsetwatch.lib.prometheus import CONTENT_TYPE
 from streamoffsets.urls import mask_secrets
@@ -89,11 +91,15 @@ def overview_live(request):
 def _overview_context(request) -> dict:
     form = OverviewFilterForm(request.GET or None, stores=store_names(), clusters=cluster_names())
     filters = form.filters()
+    show_archived = filters.pop("archived", False)
     now = timezone.now()
     return {
         "form": form,
         "filtered": any(v is not None for v in filters.values()),
-        "pipelines": overview_rows(**filters),
+        # Archived pipelines (a retired job, or a topic gone) are hidden unless asked for.
+        "show_archived": show_archived,
+        "archived_count": archived_count(**filters),
+        "pipelines": rows_silenced(overview_rows(**filters, archived=show_archived), now=now),
         "incidents": open_incidents(),
         "unreachable": unreachable_sources(),
         "stale": stale_sources(now=now),
@@ -136,7 +142,8 @@ def _pipeline_context(request, pipeline: Pipeline) -> dict:
 @bad_params_answered(page=True)
 def pipeline_detail(request, pipeline_id: int):
     pipeline = _pipeline_or_404(pipeline_id)
-    return render(request, "dashboard/pipeline.html", _pipeline_context(request, pipeline))
+    return render(request, "dashboard/pipeline.html", {**_pipeline_context(request, pipeline),
+                                                       **oncall_context(request, pipeline)})
 
 
 @require_GET

@@ -8,7 +8,7 @@ holding exactly the model's permissions, as a person with a few admin permission
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 import pytest
@@ -25,9 +25,13 @@ from dashboard.admin import AuditedAdmin
 from dashboard.audit.services import audit_verify
 from dashboard.models import (
     AuditEvent,
+    Channel,
     Cluster,
     Incident,
+    Notification,
     PipelineToken,
+    Route,
+    Silence,
     SourceHealth,
     StartReport,
     Store,
@@ -57,6 +61,19 @@ class World:
 def _world(unique_name) -> World:
     p = offline_pipeline(unique_name, partitions={0: (0, 50)}, batches=[(T0, {0: 10}), (T0 + 10_000, {0: 20})])
     return World(p, unique_name)
+
+
+def _channel(w: World) -> Channel:
+    return Channel.objects.create(name=w.unique_name("ch"), kind="webhook", url="json://hooks.example.com/offsetwatch")
+
+
+def _silence(w: World) -> Silence:
+    now = datetime.now(timezone.utc)
+    return Silence.objects.create(pipeline=w.pipeline, starts_at=now, ends_at=now + timedelta(hours=1), reason="deploy")
+
+
+_SILENCE_TIMES = {"starts_at_0": "2030-01-01", "starts_at_1": "10:00:00", "ends_at_0": "2030-01-01",
+                  "ends_at_1": "12:00:00", "cancelled_at_0": "", "cancelled_at_1": ""}
 
 
 def _perm_ids(*names: str) -> list[int]:
@@ -130,6 +147,31 @@ CASES = {
         "incident",
         make=lambda w: Incident.objects.create(pipeline=w.pipeline, opened_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
                                                closed_at=datetime(2026, 1, 2, tzinfo=timezone.utc), worst_status=3),
+    ),
+    "dashboard.Channel": Case(
+        "channel",
+        make=_channel,
+        add=lambda w: {"name": w.unique_name("ch"), "url": "json://hooks.example.com/offsetwatch", "enabled": "on"},
+        change=lambda w, c: {"name": c.name, "url": ""},  # disabled; a blank URL keeps the saved one
+    ),
+    "dashboard.Route": Case(
+        "route",
+        make=lambda w: Route.objects.create(name=w.unique_name("r"), channel=_channel(w)),
+        add=lambda w: {"name": w.unique_name("r"), "channel": _channel(w).pk, "topic_pattern": "orders-*",
+                       "statuses": ["WARN", "ERR"], "rewinds": "on", "enabled": "on"},
+        change=lambda w, r: {"name": r.name, "channel": r.channel_id, "statuses": ["ERR"], "enabled": "on"},
+    ),
+    "dashboard.Silence": Case(
+        "silence",
+        make=_silence,
+        add=lambda w: {"pipeline": w.pipeline.pk, "reason": "maintenance", **_SILENCE_TIMES},
+        change=lambda w, s: {"pipeline": w.pipeline.pk, "reason": "longer maintenance", **_SILENCE_TIMES},
+    ),
+    "dashboard.Notification": Case(
+        "notification",
+        make=lambda w: Notification.objects.create(
+            channel=_channel(w), event="channel.test", title="t", body="b", next_attempt_at=datetime.now(timezone.utc),
+            created_at=datetime.now(timezone.utc)),
     ),
     "axes.AccessAttempt": Case(
         "login_attempt",

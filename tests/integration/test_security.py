@@ -86,6 +86,12 @@ MATRIX = {
     "rewind_cancel": {"POST": row(L, 403, 409, 409, 302, 403, 302, L, L, L)},
     # Writing into the store: operators only; it is not approved yet, so they get a 409.
     "rewind_write": {"POST": row(L, 403, 403, 409, 403, 403, 409, L, L, L)},
+    # On call (operator or approver): the incident is closed (409); the silence is active (302).
+    "incident_acknowledge": {"POST": row(L, 403, 403, 409, 409, 403, 409, L, L, L)},
+    "pipeline_silence": {"POST": row(L, 403, 403, 302, 302, 403, 302, L, L, L)},
+    "silences": {"GET": VIEW},
+    "silence_new": {"POST": row(L, 403, 403, 302, 302, 403, 302, L, L, L)},
+    "silence_cancel": {"POST": row(L, 403, 403, 302, 302, 403, 302, L, L, L)},
     "audit": {"GET": VIEW},
     "audit_verify": {"POST": row(L, 403, 403, 403, 302, 403, 302, L, L, L)},
     "audit_export_csv": {"GET": VIEW},
@@ -129,7 +135,8 @@ def url_patterns(resolver=None, prefix: str = "", namespace: str = ""):
 def example_path(pattern: str, world) -> str:
     """A path of `pattern` about the world's objects."""
     values = {"<int:pipeline_id>": world.pipeline.pk, "<int:rewind_id>": world.rewind.pk,
-              "<int:job_id>": world.export_job.pk}
+              "<int:job_id>": world.export_job.pk, "<int:incident_id>": world.incident.pk,
+              "<int:silence_id>": world.silence.pk}
     path = pattern
     for token, value in values.items():
         path = path.replace(token, str(value))
@@ -251,6 +258,9 @@ def post_body(name: str, world) -> tuple[object, str | None]:
         "export_job_new": {"export": "batches_csv"},
         "rewind_new": {"kind": "latest", "reason": "replay", "mode": "job", "action": "preview"},
         "rewind_decide": {"decision": "approve", "comment": "ok"},
+        "incident_acknowledge": {"note": "on it"},
+        "pipeline_silence": {"duration": "3600", "reason": "maintenance"},
+        "silence_new": {"topic_pattern": "orders-*", "duration": "3600", "reason": "maintenance"},
         "login": {"username": "nobody", "password": "wrong"},
         "api_start_report": (report, "application/json"),
         "api_rewind_claim": (job, "application/json"),
