@@ -196,6 +196,6 @@ KNOWN_ACTIONS = (
     "source_health.deleted", "login_attempt.deleted", "login_failure.deleted",
     "channel.created", "channel.changed", "channel.deleted", "channel.tested",
     "route.created", "route.changed", "route.deleted",
-    "silence.created", "silence.cancelled", "silence.deleted",
+    "silence.created", "silence.changed", "silence.cancelled", "silence.deleted",
     "incident.acknowledged", "notification.deleted", "pipeline.archived", "pipeline.unarchived",
 )

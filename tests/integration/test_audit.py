@@ -369,7 +369,7 @@ def test_admin_pipeline_deletion_is_audited_on_the_pipeline(client, root, unique
                            {"action": "delete_selected", "_selected_action": [other.pk], "post": "yes"})
     assert response.status_code == 302 and not Pipeline.objects.filter(pk=other.pk).exists()
     single, bulk = _events("pipeline.deleted")
-    assert single.pipeline_id == p.pk and single.before == {"store": p.store.name, "topic": p.topic, "group": "etl"}
+    assert single.pipeline_id == p.pk and single.before == {"store": p.store.name, "topic": p.topic, "group": "etl", "owner": "", "retired": False}
     assert single.pipeline_label == f"{p.topic} / etl ({p.store.name})" and single.remote_addr == "198.51.100.4"
     assert bulk.pipeline_id == other.pk and bulk.actor == "root"
 

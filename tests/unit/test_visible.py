@@ -41,7 +41,7 @@ def test_free_text_may_keep_its_line_breaks():
 
 
 def test_notification_texts_show_names_the_payload_keeps_them_raw():
-    from dashboard.notifications.services import rewind_message
+    from dashboard.alerting.rewind_notify import rewind_message
 
     message = rewind_message(event="requested", rewind_summary={
         "id": 7, "topic": "orders", "group": HOSTILE_GROUP, "store": f"zk{RLO}", "reason": f"why{RLO}\nbecause"})
