@@ -200,6 +200,7 @@ def pipeline_json(p: Pipeline) -> dict:
         "retention_margin": min(margins) if margins else None,
         "batch_interval_s": e.batch_interval_s if e else None,
         "last_batch_ms": p.last_batch_ms, "last_batch_at": ms_iso(p.last_batch_ms),
+        "owner": p.owner, "archived_at": iso(p.archived_at),
     }
 
 

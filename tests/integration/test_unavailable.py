@@ -6,7 +6,7 @@ import pytest
 from django.db import InterfaceError, OperationalError
 from django.test import Client
 
-from dashboard.accounts import tokens
+from dashboard.accounts import roles
 from dashboard.api import views as api_views
 from dashboard.web import views as web_views
 
@@ -21,7 +21,8 @@ def away(*args, **kwargs):
 
 @pytest.mark.parametrize("error", [OperationalError, InterfaceError])
 def test_an_api_token_request_is_a_json_503_naming_the_cause(client, vera, monkeypatch, error):
-    monkeypatch.setattr(tokens, "api_token_user", lambda **kw: (_ for _ in ()).throw(error(REFUSED)))
+    # The token lookup, where the role check calls it (dashboard.accounts.roles imports it).
+    monkeypatch.setattr(roles, "api_token_user", lambda **kw: (_ for _ in ()).throw(error(REFUSED)))
     response = client.get("/api/v1/pipelines", HTTP_AUTHORIZATION="Bearer owu_anything")
     assert response.status_code == 503 and response["Content-Type"] == "application/json"
     assert response.json() == {"error": 'database unavailable: connection failed: connection to server at '
