@@ -523,6 +523,13 @@ class Channel(models.Model):
         return f"{self.name} ({self.get_kind_display()})"
 
 
+def patterns_match(row, *, store: str, topic: str, group: str, owner: str) -> bool:
+    """A route's or a silence's store, topic, group and owner globs against a pipeline's names
+    (case-sensitive; a blank pattern matches anything)."""
+    return all(not pattern or fnmatchcase(value, pattern) for pattern, value in (
+        (row.store_pattern, store), (row.topic_pattern, topic), (row.group_pattern, group), (row.owner_pattern, owner)))
+
+
 def route_statuses_default() -> list[str]:
     return ["WARN", "STALLED", "STOPPED", "REWOUND", "ERR"]
 
@@ -551,9 +558,7 @@ class Route(models.Model):
         return f"{self.name} -> {self.channel.name}"
 
     def matches(self, *, store: str, topic: str, group: str, owner: str) -> bool:
-        return all(not pattern or fnmatchcase(value, pattern) for pattern, value in (
-            (self.store_pattern, store), (self.topic_pattern, topic), (self.group_pattern, group),
-            (self.owner_pattern, owner)))
+        return patterns_match(self, store=store, topic=topic, group=group, owner=owner)
 
 
 class Silence(models.Model):
@@ -579,9 +584,7 @@ class Silence(models.Model):
     def matches(self, *, pipeline_id: int, store: str, topic: str, group: str, owner: str) -> bool:
         if self.pipeline_id is not None:
             return self.pipeline_id == pipeline_id
-        return all(not pattern or fnmatchcase(value, pattern) for pattern, value in (
-            (self.store_pattern, store), (self.topic_pattern, topic), (self.group_pattern, group),
-            (self.owner_pattern, owner)))
+        return patterns_match(self, store=store, topic=topic, group=group, owner=owner)
 
 
 class Notification(models.Model):
