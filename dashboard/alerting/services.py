@@ -41,7 +41,8 @@ class CycleAlerting:
     store_names: dict[int, str]
     _routes: list[Route] | None = None
     _silences: list[Silence] | None = None
-    decided: list[tuple[Incident, Channel, str]] = field(default_factory=list)
+    # (incident, channel, event, the worst status sent before this one)
+    decided: list[tuple[Incident, Channel, str, int | None]] = field(default_factory=list)
 
     def routes(self) -> list[Route]:
         if self._routes is None:
@@ -71,7 +72,7 @@ class CycleAlerting:
         if not found:
             return False
         for channel in found:
-            self.decided.append((incident, channel, event))
+            self.decided.append((incident, channel, event, incident.notified_status))
         if event != "resolved":
             incident.notified_status = max(incident.notified_status or 0, current)
         incident.notified_at = self.now
@@ -82,8 +83,9 @@ class CycleAlerting:
         return [notification_new(channel=channel, event=f"incident.{event}", incident=incident,
                                  pipeline=incident.pipeline, now=self.now,
                                  **incident_message(incident, event, evaluations.get(incident.pipeline_id),
-                                                    self.store_names.get(incident.pipeline.store_id, ""), self.now))
-                for incident, channel, event in self.decided]
+                                                    self.store_names.get(incident.pipeline.store_id, ""), self.now,
+                                                    sent_before=before))
+                for incident, channel, event, before in self.decided]
 
 
 def incident_event(incident: Incident, now: datetime) -> str | None:
@@ -111,10 +113,11 @@ def pipeline_link(pipeline_id: int) -> str:
 
 
 def incident_message(incident: Incident, event: str, evaluated: PipelineEvaluation | None, store_name: str,
-                     now: datetime) -> dict[str, str]:
+                     now: datetime, *, sent_before: int | None = None) -> dict[str, str]:
     """Title and body of one incident notification, for people: the status and its reasons in
-    words, the lag in messages and in seconds, the owner, and the link. Names through `visible`
-    (a name from a store anyone can write is shown, not obeyed)."""
+    words, the lag in messages and in seconds, the owner, and the link. `sent_before`: the worst
+    status sent for the incident before this message. Names through `visible` (a name from a
+    store anyone can write is shown, not obeyed)."""
     pipeline = incident.pipeline
     where = f"{visible(pipeline.topic)} / {visible(pipeline.group)} ({visible(store_name)})"
     status = Status(incident.status if incident.status is not None else incident.worst_status).name
@@ -126,10 +129,10 @@ def incident_message(incident: Incident, event: str, evaluated: PipelineEvaluati
     else:
         words = {"opened": "", "worsened": "worse: ", "reminder": "still "}[event]
         title = f"[Offset Watch] {words}{status}: {where}"
-        head = (f"{status} since {utc_seconds(incident.opened_at)} UTC "
+        head = (f"{status}; the incident opened {utc_seconds(incident.opened_at)} "
                 f"({human_duration((now - incident.opened_at).total_seconds())} ago)")
-        if event == "worsened":
-            head += f", worse than the {Status(incident.notified_status).name} sent before"
+        if event == "worsened" and sent_before is not None:
+            head += f", worse than the {Status(sent_before).name} sent before"
         if event == "reminder":
             head += "; not acknowledged"
     lines = [head, ""]

@@ -14,6 +14,7 @@ from django.utils import timezone
 from collectors.cycle import collect_once
 from dashboard.alerting import outbox
 from dashboard.models import AuditEvent, Channel, Incident, Notification, Pipeline, PipelineEvaluation, Route, Silence
+from reference_job.producer import produce
 from streamoffsets.evaluation import Status
 from streamoffsets.types import BatchOffsets
 from tests.factories import hbase_store_setup, save
@@ -107,6 +108,24 @@ def test_a_relapse_while_holding_ok_reopens_nothing(stack, unique_name, alerting
     assert incident.closed_at is None and incident.ok_samples == 0 and incident.status == Status.REWOUND
     assert Incident.objects.filter(pipeline=pipeline, partition=None).count() == 1
     assert sent(pipeline) == ["incident.opened"]  # REWOUND is below the ERR already sent
+
+
+def test_worsened_is_sent_when_the_status_goes_above_what_was_sent(stack, unique_name, alerting):
+    s = hbase_store_setup(stack, unique_name, partitions=1, records=10)
+    save(s, "etl", now_ms() - 600_000, {0: 8})
+    save(s, "etl", now_ms() - 599_000, {0: 10})  # caught up, then nothing: STOPPED, nothing waiting
+    collect_once()
+    pipeline = Pipeline.objects.get(store=s.store)
+    Pipeline.objects.filter(pk=pipeline.pk).update(owner="payments-team")
+    collect_once()
+    assert sent(pipeline) == ["incident.opened"]
+    assert Notification.objects.get(event="incident.opened").title.startswith("[Offset Watch] STOPPED: ")
+    produce(stack.kafka_bootstrap, s.topic, 1, 5)  # messages arrive while the job is stopped: ERR
+    collect_once()
+    assert sent(pipeline) == ["incident.opened", "incident.worsened"]
+    worse = Notification.objects.get(event="incident.worsened")
+    assert worse.title.startswith("[Offset Watch] worse: ERR: ") and "worse than the STOPPED sent before" in worse.body
+    assert "stopped with 5 messages waiting" in worse.body
 
 
 def test_reminders_until_acknowledged(settings, stack, unique_name, alerting, amir):
