@@ -20,21 +20,50 @@ def fresh_django_database(name: str) -> None:
     call_command("migrate", verbosity=0)
 
 
-def start_lone_kafka(prefix: str):
-    """A Tansu broker on a free loopback port under a new temporary directory, as the local stack
-    starts it. Returns (stack, bootstrap); stop it with `stack.stop_component("kafka")`."""
+def start_components(prefix: str, names: tuple[str, ...]):
+    """The local stack's components `names` (kafka, hbase, zookeeper) on free loopback ports under a
+    new temporary directory, as the local stack starts them. Returns the stack; stop each with
+    `stack.stop_component(name)` (stop_components)."""
     import tempfile
     from pathlib import Path
 
-    from devstack.components import LOOPBACK, Stack, StackPorts, free_port
+    from devstack.components import Stack, StackPorts, free_port
 
-    stack = Stack(Path(tempfile.mkdtemp(prefix=prefix)), StackPorts(kafka=free_port(), hbase=0, zookeeper=0, redis=0),
-                  with_redis=False)
+    ports = {name: free_port() if name in names else 0 for name in ("kafka", "hbase", "zookeeper")}
+    stack = Stack(Path(tempfile.mkdtemp(prefix=prefix)), StackPorts(**ports, redis=0), with_redis=False)
     stack.log_dir.mkdir(parents=True)
     stack.pid_dir.mkdir(parents=True)
-    kafka = next(c for c in stack.components() if c.name == "kafka")
-    stack.start_component(kafka, progress=lambda line: None)
+    try:
+        for comp in stack.components():
+            if comp.name in names:
+                stack.start_component(comp, progress=lambda line: None)
+    except BaseException:
+        stop_components(stack, names)
+        raise
+    return stack
+
+
+def stop_components(stack, names: tuple[str, ...]) -> None:
+    for name in reversed(names):
+        stack.stop_component(name)
+
+
+def start_lone_kafka(prefix: str):
+    """A Tansu broker on a free loopback port under a new temporary directory, as the local stack
+    starts it. Returns (stack, bootstrap); stop it with `stack.stop_component("kafka")`."""
+    from devstack.components import LOOPBACK
+
+    stack = start_components(prefix, ("kafka",))
     return stack, f"{LOOPBACK}:{stack.ports.kafka}"
+
+
+def drop_database(name: str) -> None:
+    """Close this process's connections and drop database `name` (whoever else is connected)."""
+    from django.db import connections
+
+    connections.close_all()
+    subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c",
+                    f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"], check=False)
 
 
 def with_lone_kafka_and_database(prefix: str, database: str, body) -> None:
@@ -46,11 +75,7 @@ def with_lone_kafka_and_database(prefix: str, database: str, body) -> None:
         body(bootstrap)
     finally:
         stack.stop_component("kafka")
-        from django.db import connections
-
-        connections.close_all()
-        subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c",
-                        f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"], check=False)
+        drop_database(database)
 
 
 def create_topics(bootstrap: str, topics: list[str], partitions: int) -> None:
