@@ -226,7 +226,7 @@ def evaluate_status(
     3. STOPPED: no new batch for more than `stop_after_intervals` batch intervals (at least
        `min_stale_s`); stopped while lag > 0 is ERR (work is piling up and nothing runs);
     4. STALLED: batches keep coming but no offset moved for `stall_after_intervals` batch
-       intervals at the end of the window, while lag > 0;
+       intervals at the end of the window while messages waited (lag > 0 at each sample);
     5. WARN: lag grew at every step of a window of at least 3 samples;
     6. OK otherwise.
     """
@@ -274,8 +274,9 @@ def evaluate_status(
         elif len(ordered) >= 2 and lag_now > 0:
             # The stretch at the end of the window where no offset moved: stalled when it is long
             # enough (stall_after_intervals batch intervals) and batches kept coming during it.
+            # Only samples with messages waiting count: a caught-up job is not stalled when records arrive.
             start = len(ordered) - 1
-            while start > 0 and ordered[start - 1].committed == latest.committed:
+            while start > 0 and ordered[start - 1].committed == latest.committed and lags[start - 1] > 0:
                 start -= 1
             frozen = ordered[start]
             span = latest.at_s - frozen.at_s

@@ -4,7 +4,7 @@
     rule 2 went_backwards        REWOUND  a committed offset went back between two samples of the window
     rule 3 stopped               STOPPED  no batch for the stop threshold (thresholds.stop_threshold_s);
                                  ERR      ... while messages wait
-    rule 4 stalled               STALLED  batches keep coming, no offset moved for 2 intervals, lag > 0
+    rule 4 stalled               STALLED  batches keep coming, no offset moved for 2 intervals while messages wait
     rule 5 lag_growing           WARN     lag grew at every sample of a window of at least 3
     rule 6 normal                OK       none of the above: "consuming normally" or "caught up"
     rule 7 retention_deadline    WARN     at this rate retention deletes unread data within the warning time
@@ -83,14 +83,17 @@ def rule_3_stopped(last_batch_s: float | None, interval_s: float | None, now_s: 
 def rule_4_stalled(window: Sequence[Sample], interval_s: float | None, lag_now: int,
                    stall_after_intervals: float = thresholds.STALL_AFTER_INTERVALS) -> Fired | None:
     """STALLED when, at the end of the window, no committed offset moved for `stall_after_intervals`
-    batch intervals (with no cadence known: for at least two samples), batches kept coming during
-    that stretch, and messages wait. Not applied to a stopped job (rule 3 says more)."""
+    batch intervals (with no cadence known: for at least two samples) while messages waited,
+    batches kept coming during that stretch, and messages wait. The stretch counts only samples
+    with messages waiting: an idle, caught-up job re-writing its offsets is not stalled the
+    moment records arrive, before its next batch could read them. Not applied to a stopped job
+    (rule 3 says more)."""
     ordered = sorted(window, key=lambda s: s.at_s)
     if len(ordered) < 2 or lag_now <= 0:
         return None
     latest = ordered[-1]
     start = len(ordered) - 1
-    while start > 0 and ordered[start - 1].committed == latest.committed:
+    while start > 0 and ordered[start - 1].committed == latest.committed and total_lag_of(ordered[start - 1]) > 0:
         start -= 1
     if start == len(ordered) - 1:
         return None  # the newest sample moved
