@@ -77,6 +77,28 @@ def test_an_incident_is_sent_once_with_its_reason_lag_and_link_and_reaches_the_c
     assert sent(pipeline) == ["incident.opened"]
 
 
+def test_a_stalled_job_pages_its_owner_in_the_cycle_that_first_shows_stalled(stack, unique_name, alerting):
+    """Batches keep coming every second with the same offsets while messages wait: STALLED once no
+    offset moved for two batch intervals. The notification is decided in that very cycle."""
+    s = hbase_store_setup(stack, unique_name, partitions=1, records=10)
+    save(s, "etl", now_ms(), {0: 2})
+    collect_once()
+    pipeline = Pipeline.objects.get(store=s.store)
+    Pipeline.objects.filter(pk=pipeline.pk).update(owner="payments-team")
+    statuses = []
+    for _ in range(8):
+        time.sleep(1.1)
+        save(s, "etl", now_ms(), {0: 2})  # a new batch, the same offsets
+        collect_once()
+        statuses.append(PipelineEvaluation.objects.get(pipeline=pipeline).status)
+        if statuses[-1] == Status.STALLED:
+            break
+    assert statuses[-1] == Status.STALLED, statuses
+    [n] = Notification.objects.filter(pipeline=pipeline)  # written by the cycle that first showed STALLED
+    assert n.event == "incident.opened" and n.title.startswith("[Offset Watch] STALLED: ")
+    assert "batches keep coming but no offset moved" in n.body and "Owner: payments-team" in n.body
+
+
 def test_no_flapping_a_relapse_is_the_same_incident_and_resolved_comes_after_three_ok_cycles(stack, unique_name,
                                                                                              alerting):
     s, pipeline = stopped_pipeline(stack, unique_name)
