@@ -5,6 +5,8 @@ stand-in and Tansu (through collect_once, as the worker runs it); delivery is th
 the JSON-webhook peer (tests/peers)."""
 from __future__ import annotations
 
+import logging
+import subprocess
 import time
 from datetime import timedelta
 
@@ -13,7 +15,9 @@ from django.utils import timezone
 
 from collectors.cycle import collect_once
 from dashboard.alerting import outbox
+from dashboard.audit.actor import Actor
 from dashboard.models import AuditEvent, Channel, Incident, Notification, Pipeline, PipelineEvaluation, Route, Silence
+from devstack.components import free_port
 from reference_job.producer import produce
 from streamoffsets.evaluation import Status
 from streamoffsets.types import BatchOffsets
@@ -238,22 +242,53 @@ def test_a_pipeline_whose_topic_is_gone_is_archived_after_the_age(settings, stac
     assert not Incident.objects.filter(pipeline=pipeline, closed_at=None).exists()
 
 
-def test_a_cycle_goes_on_when_the_broker_cannot_take_the_delivery_task_and_the_sweep_sends_it(
-        settings, stack, unique_name, alerting, peers):
+@pytest.fixture
+def own_broker(tmp_path):
+    """A Redis server of this test's own as the Celery broker of this process, to be killed (the
+    suite's Redis keeps serving the locks and caches)."""
+    import redis
     from celery import current_app
 
-    _, pipeline = stopped_pipeline(stack, unique_name)
-    good = current_app.conf.broker_url
-    current_app.conf.broker_url = "redis://127.0.0.1:1/0"  # nothing listens: the hand-off fails at once
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", str(tmp_path)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+    for _ in range(100):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    saved = current_app.conf.broker_url, current_app._pool, current_app.amqp._producer_pool
+    # The app's producer pools are made for the broker URL on first use: fresh ones for this broker.
+    current_app.conf.broker_url, current_app._pool, current_app.amqp._producer_pool = (
+        f"redis://127.0.0.1:{port}/0", None, None)
     try:
-        current_app.pool.force_close_all()
-        collect_once()
+        yield server, client
     finally:
-        current_app.conf.broker_url = good
-        current_app.pool.force_close_all()
+        server.kill()
+        server.wait()
+        ours = current_app.amqp._producer_pool
+        current_app.conf.broker_url, current_app._pool, current_app.amqp._producer_pool = saved
+        if ours is not None:
+            ours.force_close_all()  # this broker's pool only: the suite's stays open
+
+
+def test_a_cycle_goes_on_when_the_broker_is_down_and_the_sweep_sends_what_it_decided(stack, unique_name, alerting,
+                                                                                    peers, own_broker, caplog):
+    server, broker = own_broker
+    outbox.channel_test(channel=alerting, actor=Actor.SYSTEM)  # with the broker up: handed off after commit
+    assert sum(broker.llen(k) for k in broker.keys() if broker.type(k) == b"list") == 1
+    server.kill()  # the broker goes away
+    server.wait()
+    _, pipeline = stopped_pipeline(stack, unique_name)
+    with caplog.at_level(logging.WARNING, logger="dashboard.alerting.outbox"):
+        collect_once()  # decides the notification; the hand-off to the broker fails
+    assert "not queued now (is Redis running?), the sweep will send it" in caplog.text
     [n] = Notification.objects.filter(pipeline=pipeline)
     assert n.status == "pending"  # the cycle finished and recorded it; the row waits for the sweep
     assert PipelineEvaluation.objects.get(pipeline=pipeline).status == Status.ERR
-    outbox.notifications_sweep()
+    assert outbox.notifications_sweep() == 2  # the test message and the incident, both still due
     n.refresh_from_db()
-    assert n.status == "sent" and len(peers.received("webhook")) == 1
+    assert n.status == "sent" and len(peers.received("webhook")) == 2

@@ -49,7 +49,7 @@ KINDS = {"number": NUMBERS, "time": TIMES, "choice": CHOICES, "text": []}
 _CHART = {"range": "choice", "from": "time", "to": "time", "kind": "choice", "unit": "choice"}
 _AUDIT = {"pipeline": "number", "actor": "text", "action": "choice", "q": "text", "since": "time", "until": "time",
           "before": "number"}
-_OVERVIEW = {"status": "choice", "store": "text", "cluster": "text", "q": "text"}
+_OVERVIEW = {"status": "choice", "store": "text", "cluster": "text", "q": "text", "archived": "choice"}
 
 # GET route -> {parameter: kind}. Every GET route is here, parameters or not.
 PARAMS = {
@@ -64,7 +64,7 @@ PARAMS = {
     "pipeline_batches_csv": {"range": "choice", "from": "time", "to": "time"},
     "export_jobs": {}, "export_jobs_live": {}, "export_job_download": {}, "collectors": {},
     "rewind_new": {"kind": "choice", "batch_time_ms": "number"},
-    "rewinds": {}, "rewind": {},
+    "rewinds": {}, "rewind": {}, "silences": {},
     "audit": _AUDIT, "audit_export_csv": _AUDIT, "audit_export_json": _AUDIT,
     "plotly_js": {}, "healthz": {}, "metrics": {},
     "login": {"next": "text"},
