@@ -93,7 +93,8 @@ def build(partitions: int, days: int, overview_pipelines: int) -> int:
     for p in [big] + others:
         rows = [{"partition": q, "committed": 100, "low": 0, "high": 100 + q, "lag": q, "state": "lagging",
                  "messages_lost": 0, "lag_seconds": float(q), "lag_method": "interpolated", "retention_margin": 100,
-                 "retention_seconds_left": None} for q in range(20)]
+                 "retention_seconds_left": None, "lag_absent": None, "status": "OK", "status_reason": ""}
+                for q in range(20)]
         status = rng.choice([0, 0, 0, 0, 1, 2, 3, 5])
         evaluations.append(PipelineEvaluation(
             pipeline=p, evaluated_at=now, status=status, reasons=["consuming normally"], partitions=rows,
@@ -150,8 +151,10 @@ def main() -> None:
         client.force_login(person("bench", VIEWER))
         pages = [
             ("empty Django view (floor)", "/__empty__"),
-            ("overview, 1,001 pipelines", reverse("overview")),
+            (f"overview, {args.overview_pipelines + 1:,} pipelines (page 1)", reverse("overview")),
             ("overview live partial", reverse("overview_live")),
+            ("overview, the last page", reverse("overview") + "?page=1000000"),
+            ("overview, filtered (ERR) and sorted by lag", reverse("overview") + "?status=ERR&sort=lag"),
             ("pipeline page", reverse("pipeline", args=[pipeline_id])),
             ("pipeline page, oldest batches (page 864)", reverse("pipeline", args=[pipeline_id]) + "?page=864"),
             ("pipeline live partial", reverse("pipeline_live", args=[pipeline_id])),

@@ -18,18 +18,33 @@ def pipelines_filtered(
     return list(rows.select_related("store", "store__cluster", "evaluation"))
 
 
+# The overview's orders, by the name its `sort` parameter gives; every one ends on the primary key
+# so a page boundary never moves between two requests of the same data.
+_LAST = ("topic", "group", "pk")
+OVERVIEW_SORTS = {
+    "worst": (F("evaluation__status").desc(nulls_last=True), F("evaluation__total_lag").desc(nulls_last=True)),
+    "lag": (F("evaluation__total_lag").desc(nulls_last=True),),
+    "lag_seconds": (F("evaluation__lag_seconds").desc(nulls_last=True),),
+    "last_batch": (F("last_batch_ms").asc(nulls_first=True),),  # the longest silent first
+    "name": (),
+    "owner": (F("owner").asc(),),
+}
+OVERVIEW_PAGE_SIZE = 100
+
+
 def overview_rows(
     *, statuses: list[int] | None = None, store: str | None = None, cluster: str | None = None, q: str | None = None,
-    archived: bool = False,
+    archived: bool = False, sort: str = "worst", offset: int = 0, limit: int | None = None,
 ) -> list[dict]:
-    """The overview table: the same pipelines in the same order as pipelines_filtered, as plain
-    rows of the shown columns only (a thousand model instances and their per-partition JSON cost
-    more than the page may). Archived pipelines only with `archived` (then with the others).
-    One query."""
-    rows = _pipelines_query(statuses=statuses, store=store, cluster=cluster, q=q, archived=None if archived else False)
+    """The overview table: the pipelines the filters match, in the `sort` order (OVERVIEW_SORTS;
+    worst first by default, as the API lists them), rows `offset` to `offset + limit` as plain
+    rows of the shown columns only (model instances and their per-partition JSON cost more than
+    the page may). Archived pipelines only with `archived` (then with the others). One query."""
+    rows = _pipelines_query(statuses=statuses, store=store, cluster=cluster, q=q, archived=None if archived else False,
+                            sort=sort)
     open_acknowledged = Incident.objects.filter(pipeline=OuterRef("pk"), partition=None, closed_at=None,
                                                 acknowledged_at__isnull=False)
-    return list(rows.values(
+    rows = rows.values(
         "pk", "topic", "group", "last_batch_ms", "owner", "archived_at", store_name=F("store__name"),
         status=F("evaluation__status"),
         reasons=F("evaluation__reasons"), total_lag=F("evaluation__total_lag"),
@@ -37,7 +52,17 @@ def overview_rows(
         retention_seconds_left=F("evaluation__retention_seconds_left"),
         sparkline_svg=F("evaluation__sparkline_svg"), sparkline_max=F("evaluation__sparkline_max"), worst_partition=F("evaluation__worst_partition"),
         worst_partition_lag=F("evaluation__worst_partition_lag"), acknowledged=Exists(open_acknowledged),
-    ))
+    )
+    return list(rows[offset:offset + limit] if limit is not None else rows[offset:])
+
+
+def overview_count(
+    *, statuses: list[int] | None = None, store: str | None = None, cluster: str | None = None, q: str | None = None,
+    archived: bool = False,
+) -> int:
+    """How many rows overview_rows has for these filters (its pages). One query."""
+    return _pipelines_query(statuses=statuses, store=store, cluster=cluster, q=q,
+                            archived=None if archived else False).count()
 
 
 def archived_count(
@@ -48,8 +73,9 @@ def archived_count(
 
 
 def _pipelines_query(*, statuses: list[int] | None, store: str | None, cluster: str | None, q: str | None,
-                     archived: bool | None = None):
-    """`archived`: None every pipeline, False those not archived, True the archived ones only."""
+                     archived: bool | None = None, sort: str = "worst"):
+    """`archived`: None every pipeline, False those not archived, True the archived ones only.
+    `sort`: a key of OVERVIEW_SORTS (an unknown one is the default)."""
     rows = Pipeline.objects.all()
     if archived is not None:
         rows = rows.filter(archived_at__isnull=not archived)
@@ -61,8 +87,7 @@ def _pipelines_query(*, statuses: list[int] | None, store: str | None, cluster: 
         rows = rows.filter(store__cluster__name=cluster)
     if q:
         rows = rows.filter(Q(topic__icontains=q) | Q(group__icontains=q))
-    return rows.order_by(F("evaluation__status").desc(nulls_last=True),
-                         F("evaluation__total_lag").desc(nulls_last=True), "topic", "group", "pk")
+    return rows.order_by(*OVERVIEW_SORTS.get(sort, OVERVIEW_SORTS["worst"]), *_LAST)
 
 
 @dataclass(frozen=True)

@@ -156,11 +156,16 @@ def cluster_names() -> list[str]:
     return list(Cluster.objects.order_by("name").values_list("name", flat=True))
 
 
-def open_incidents() -> list[Incident]:
-    """The pipelines' own open incidents (a partition's is named in its pipeline's reasons, and
-    listed on the pipeline's page)."""
-    return list(Incident.objects.filter(closed_at=None, partition=None).select_related("pipeline")
-                .order_by("-worst_status", "opened_at"))
+def open_incidents(limit: int | None = None) -> list[Incident]:
+    """The pipelines' own open incidents, worst and oldest first, at most `limit` (a partition's is
+    named in its pipeline's reasons, and listed on the pipeline's page)."""
+    rows = (Incident.objects.filter(closed_at=None, partition=None).select_related("pipeline")
+            .order_by("-worst_status", "opened_at", "pk"))
+    return list(rows[:limit] if limit is not None else rows)
+
+
+def open_incidents_count() -> int:
+    return Incident.objects.filter(closed_at=None, partition=None).count()
 
 
 def pipeline_incidents(*, pipeline: Pipeline, limit: int = 10) -> list[Incident]:

@@ -20,6 +20,11 @@ class OverviewFilterForm(forms.Form):
     # Archived pipelines are hidden unless `archived=1` (the overview's "show N archived" link).
     # A checkbox sends "1"; anything else ("0", garbage) is "no", not an error.
     archived = forms.CharField(required=False, max_length=10, label="archived too")
+    # The order and the page: on the server, so any filtered, sorted page is a shareable URL.
+    sort = forms.ChoiceField(required=False, label="sort by", choices=[
+        ("worst", "worst first"), ("lag", "lag"), ("lag_seconds", "lag in time"), ("last_batch", "longest silent"),
+        ("name", "topic and group"), ("owner", "owner")])
+    page = forms.IntegerField(required=False, min_value=1, max_value=10**9)
 
     def __init__(self, data, *, stores: list[str], clusters: list[str]):
         super().__init__(data)
@@ -45,3 +50,9 @@ class OverviewFilterForm(forms.Form):
             "q": data["q"] or None,
             "archived": data["archived"].lower() in ("1", "true", "on", "yes"),
         }
+
+    def sort_and_page(self) -> tuple[str, int]:
+        """The order (OVERVIEW_SORTS) and the page asked for; the first page worst first where the form is invalid."""
+        if not self.is_valid():
+            return "worst", 1
+        return self.cleaned_data["sort"] or "worst", self.cleaned_data["page"] or 1

@@ -21,12 +21,19 @@ from dashboard.accounts.roles import OPERATOR, VIEWER, role_required, user_has_r
 from dashboard.alerting.page_selectors import rows_silenced
 from dashboard.api import metrics
 from dashboard.models import Pipeline
-from dashboard.monitoring.overview import archived_count, overview_rows, pipelines_metrics
+from dashboard.monitoring.overview import (
+    OVERVIEW_PAGE_SIZE,
+    archived_count,
+    overview_count,
+    overview_rows,
+    pipelines_metrics,
+)
 from dashboard.monitoring.selectors import (
     broker_check,
     cluster_names,
     collector_status,
     open_incidents,
+    open_incidents_count,
     pipeline_batches,
     pipeline_evaluation,
     pipeline_freshness,
@@ -92,19 +99,43 @@ def _overview_context(request) -> dict:
     form = OverviewFilterForm(request.GET or None, stores=store_names(), clusters=cluster_names())
     filters = form.filters()
     show_archived = filters.pop("archived", False)
+    sort, page = form.sort_and_page()
     now = timezone.now()
+    # One page of OVERVIEW_PAGE_SIZE rows: a fleet of 10,000 pipelines is 100 pages, worst first.
+    total = overview_count(**filters, archived=show_archived)
+    pages = max(1, -(-total // OVERVIEW_PAGE_SIZE))
+    page = min(page, pages)  # past the end (the fleet shrank): the last page
+    first = (page - 1) * OVERVIEW_PAGE_SIZE
+    rows = overview_rows(**filters, archived=show_archived, sort=sort, offset=first, limit=OVERVIEW_PAGE_SIZE)
     return {
         "form": form,
         "filtered": any(v is not None for v in filters.values()),
         # Archived pipelines (a retired job, or a topic gone) are hidden unless asked for.
         "show_archived": show_archived,
         "archived_count": archived_count(**filters),
-        "pipelines": rows_silenced(overview_rows(**filters, archived=show_archived), now=now),
-        "incidents": open_incidents(),
+        "pipelines": rows_silenced(rows, now=now),
+        "paging": _overview_paging(request, page=page, pages=pages, total=total, first=first, shown=len(rows)),
+        "incidents": open_incidents(limit=OPEN_INCIDENTS_SHOWN),
+        "incidents_total": open_incidents_count(),
         "unreachable": unreachable_sources(),
         "stale": stale_sources(now=now),
         "now": now,
     }
+
+
+OPEN_INCIDENTS_SHOWN = 20  # the worst open incidents listed above the table; the rest are counted
+
+
+def _overview_paging(request, *, page: int, pages: int, total: int, first: int, shown: int) -> dict:
+    """Where this page is and the links to the others, each keeping the filters and the order."""
+    def link(n: int) -> str:
+        query = request.GET.copy()
+        query["page"] = str(n)
+        return "?" + query.urlencode()
+
+    return {"page": page, "pages": pages, "total": total, "first": first + 1 if shown else 0, "last": first + shown,
+            "first_link": link(1) if page > 1 else "", "previous": link(page - 1) if page > 1 else "",
+            "next": link(page + 1) if page < pages else "", "last_link": link(pages) if page < pages else ""}
 
 
 def _pipeline_context(request, pipeline: Pipeline) -> dict:

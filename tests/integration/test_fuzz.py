@@ -49,7 +49,8 @@ KINDS = {"number": NUMBERS, "time": TIMES, "choice": CHOICES, "text": []}
 _CHART = {"range": "choice", "from": "time", "to": "time", "kind": "choice", "unit": "choice"}
 _AUDIT = {"pipeline": "number", "actor": "text", "action": "choice", "q": "text", "since": "time", "until": "time",
           "before": "number"}
-_OVERVIEW = {"status": "choice", "store": "text", "cluster": "text", "q": "text", "archived": "choice"}
+_OVERVIEW = {"status": "choice", "store": "text", "cluster": "text", "q": "text", "archived": "choice", "sort": "choice",
+             "page": "number"}
 
 # GET route -> {parameter: kind}. Every GET route is here, parameters or not.
 PARAMS = {

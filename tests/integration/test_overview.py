@@ -150,3 +150,72 @@ def test_a_pipeline_not_evaluated_yet_is_listed_as_unknown(vera_client, unique_n
     response = vera_client.get(reverse("overview"))
     assert response.status_code == 200
     assert (("UNKNOWN", key.topic)) in rows(response.content.decode())
+
+
+# --- a fleet: pages, order and links on the server (issue #16) ----------------------------------
+
+def fleet(unique_name, n: int):
+    """n pipelines in one store with evaluations: pipeline i has status i % 6 and lag i (so the
+    worst-first order is known), built directly (the collectors are not what is tested here)."""
+    from dashboard.models import Pipeline, Store
+    from dashboard.monitoring.services import cluster_get_or_create
+
+    cluster = cluster_get_or_create(name=unique_name("cluster"), bootstrap_servers="kafka:9092")
+    store = Store.objects.create(name=unique_name("store"), kind="hbase", url="hbase://h:9090/t", cluster=cluster)
+    pipelines = Pipeline.objects.bulk_create(
+        [Pipeline(store=store, topic=f"fleet-{i:04d}", group="etl", owner=f"team-{i % 3}") for i in range(n)])
+    now = timezone.now()
+    PipelineEvaluation.objects.bulk_create([
+        PipelineEvaluation(pipeline=p, evaluated_at=now, status=i % 6, reasons=["r"], partitions=[], total_lag=i,
+                           sparkline=[], sparkline_svg="", sparkline_max=0)
+        for i, p in enumerate(pipelines)])
+    return pipelines
+
+
+def worst_first(n: int) -> list[str]:
+    return [f"fleet-{i:04d}" for i in sorted(range(n), key=lambda i: (-(i % 6), -i))]
+
+
+def test_the_overview_shows_one_page_worst_first_with_links_that_keep_the_filters(vera_client, unique_name):
+    fleet(unique_name, 250)
+    expected = worst_first(250)
+    html = vera_client.get(reverse("overview")).content.decode()
+    assert [t for _, t in rows(html)] == expected[:100]
+    assert "pipelines 1–100 of 250, page 1 of 3" in html
+    html = vera_client.get(reverse("overview") + "?page=3").content.decode()
+    assert [t for _, t in rows(html)] == expected[200:]
+    # The live partial reads the same query: the page the person is on stays that page.
+    live = vera_client.get(reverse("overview_live") + "?page=2").content.decode()
+    assert [t for _, t in rows(live)] == expected[100:200]
+    # Filters and order travel in the links (a shareable URL for any view).
+    html = vera_client.get(reverse("overview") + "?status=ERR&status=REWOUND&sort=lag").content.decode()
+    errs = sorted((i for i in range(250) if i % 6 in (4, 5)), reverse=True)  # 83 of them: one page, by lag
+    assert [t for _, t in rows(html)] == [f"fleet-{i:04d}" for i in errs]
+    html = vera_client.get(reverse("overview") + "?sort=owner&page=2").content.decode()
+    assert 'href="?sort=owner&amp;page=1"' in html and 'href="?sort=owner&amp;page=3"' in html
+
+
+def test_a_page_past_the_end_is_the_last_and_a_bad_page_or_order_is_explained(vera_client, unique_name):
+    fleet(unique_name, 150)
+    html = vera_client.get(reverse("overview") + "?page=999999").content.decode()
+    assert "page 2 of 2" in html and len(rows(html)) == 50
+    for bad in ("page=0", "page=abc", "page=99999999999999999999", "sort=drop%20table", "page=-1"):
+        response = vera_client.get(reverse("overview") + "?" + bad)
+        assert response.status_code == 200, bad
+        assert 'class="state-bad"' in response.content.decode(), bad  # said next to its field
+        assert len(rows(response.content.decode())) == 100, bad  # and the first page is shown
+
+
+def test_a_page_costs_the_same_queries_whatever_the_fleet(vera_client, unique_name):
+    fleet(unique_name, 30)
+    vera_client.get(reverse("overview"))
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as small:
+        vera_client.get(reverse("overview"))
+    fleet(unique_name, 400)
+    with CaptureQueriesContext(connection) as large:
+        html = vera_client.get(reverse("overview") + "?page=4").content.decode()
+    assert len(rows(html)) == 100
+    assert len(large.captured_queries) == len(small.captured_queries)
