@@ -59,7 +59,7 @@ def cycle_record_times(
         _save(cluster.pk, {}, [])
         return out
     known, pending = _load(cluster.pk)
-    todo = []
+    to_read = []
     for pos in positions:
         if pos in known:
             value = known[pos]
@@ -68,26 +68,26 @@ def cycle_record_times(
             else:
                 out.missing[pos] = value
         else:
-            todo.append(pos)
+            to_read.append(pos)
     # Left unread last cycle: first (sorted is stable: the rest stay most lagging first).
-    todo.sort(key=lambda pos: pos not in pending)
-    todo, cut = todo[:cap], todo[cap:]
+    to_read.sort(key=lambda pos: pos not in pending)
+    to_read, cut = to_read[:cap], to_read[cap:]
     unread = list(cut)
-    if todo:
+    if to_read:
         try:
-            read = read_record_timestamps(cluster.bootstrap_servers, todo, timeout_s=timeout_s, budget_s=budget_s(len(todo)),
+            read = read_record_timestamps(cluster.bootstrap_servers, to_read, timeout_s=timeout_s, budget_s=budget_s(len(to_read)),
                                           config=kafka_client_config(cluster_name=cluster.name))
         except OffsetStoreError as exc:
             out.warning = f"record timestamps not read ({exc}); lag in seconds interpolated"
-            for pos in todo:
+            for pos in to_read:
                 out.missing[pos] = "record not read (the broker did not answer)"
         else:
             out.found.update(read.found)
             out.missing.update(read.gone)
             unread = read.unread + unread
             if read.unread:
-                out.warning = (f"{len(read.unread):,} of {len(todo):,} record timestamps not read within this cycle's "
-                               f"budget ({budget_s(len(todo)):.1f} s): read first next cycle")
+                out.warning = (f"{len(read.unread):,} of {len(to_read):,} record timestamps not read within this cycle's "
+                               f"budget ({budget_s(len(to_read)):.1f} s): read first next cycle")
     for pos in unread:
         out.missing[pos] = OVER_BUDGET
     remembered: dict[Position, int | str] = {pos: out.found[pos] for pos in positions if pos in out.found}

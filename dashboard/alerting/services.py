@@ -121,8 +121,8 @@ def incident_message(incident: Incident, event: str, evaluated: PipelineEvaluati
     pipeline = incident.pipeline
     where = f"{visible(pipeline.topic)} / {visible(pipeline.group)} ({visible(store_name)})"
     status = Status(incident.status if incident.status is not None else incident.worst_status).name
-    worst = Status(incident.notified_status or incident.worst_status).name
     if event == "resolved":
+        worst = Status(incident.notified_status or incident.worst_status).name
         lasted = human_duration(((incident.closed_at or now) - incident.opened_at).total_seconds())
         title = f"[Offset Watch] RESOLVED (was {worst}): {where}"
         head = f"Resolved after {lasted}: OK for {incident.ok_samples} evaluations in a row (worst: {worst})."
