@@ -518,9 +518,19 @@ class Channel(models.Model):
                                                       "json://hooks.example.com/offsetwatch (docs/alerting.md)")
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The channel's delivery state, kept by the outbox at every attempt so the pages and /metrics
+    # can say "alerts are not reaching people" without scanning the outbox.
+    last_sent_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_failure_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_failure = models.TextField(blank=True, default="", editable=False)  # masked reason
 
     def __str__(self) -> str:
         return f"{self.name} ({self.get_kind_display()})"
+
+    @property
+    def failing(self) -> bool:
+        """Its newest attempt failed (a retry pending or given up): messages are not arriving."""
+        return self.last_failure_at is not None and (self.last_sent_at is None or self.last_failure_at > self.last_sent_at)
 
 
 def patterns_match(row, *, store: str, topic: str, group: str, owner: str) -> bool:

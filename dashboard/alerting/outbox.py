@@ -92,7 +92,18 @@ def notification_deliver(notification_id: int, *, now: datetime | None = None) -
                 n.status, n.sent_at, n.last_error = Notification.Status.SENT, timezone.now(), ""
                 log.info("notification %s (%s) sent to channel %r", n.pk, n.event, n.channel.name)
         n.save(update_fields=["status", "attempts", "next_attempt_at", "last_error", "sent_at"])
+        _channel_state_record(n)
         return n.status
+
+
+def _channel_state_record(n: Notification) -> None:
+    """The channel's last success or failure (a failed attempt counts at once, retried or not: on-call
+    must know the channel is failing before the retries run out)."""
+    at = timezone.now()
+    if n.status == Notification.Status.SENT:
+        Channel.objects.filter(pk=n.channel_id).update(last_sent_at=n.sent_at or at)
+    elif n.last_error:
+        Channel.objects.filter(pk=n.channel_id).update(last_failure_at=at, last_failure=n.last_error)
 
 
 def notifications_sweep(*, now: datetime | None = None, limit: int = 200) -> int:
@@ -118,3 +129,10 @@ def channel_test(*, channel: Channel, actor: Actor) -> Notification:
         audit_append(action="channel.tested", subject=f"channel {channel.name}", pipeline=None, before=None,
                      after=None, details={"channel": channel.pk, "notification": row.pk}, actor=actor)
     return row
+
+
+def notifications_prune(*, now: datetime) -> int:
+    """Drop delivered and given-up notifications older than RETENTION_BATCHES_S (the prune task);
+    pending ones stay whatever their age: they are still to be sent."""
+    until = now - timedelta(seconds=settings.RETENTION_BATCHES_S)
+    return Notification.objects.filter(created_at__lt=until).exclude(status=Notification.Status.PENDING).delete()[0]

@@ -40,3 +40,13 @@ def channels_for(names: dict[str, str], routes: list[Route], *, status_name: str
             continue
         out.setdefault(route.channel_id, route.channel)
     return list(out.values())
+
+
+def channels_failing() -> list[Channel]:
+    """The enabled channels whose newest delivery attempt failed: on-call's messages are not
+    arriving there (the overview says so; /metrics exports every channel's state)."""
+    return [c for c in Channel.objects.filter(enabled=True, last_failure_at__isnull=False).order_by("name") if c.failing]
+
+
+def channels_enabled() -> list[Channel]:
+    return list(Channel.objects.filter(enabled=True).order_by("name"))

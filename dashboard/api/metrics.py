@@ -37,7 +37,7 @@ _STATUS_HELP = ("Pipeline status as a number, worst highest: " +
 
 def render(
     *, pipelines: Sequence, sources: Sequence, include: Sequence[str] = (), exclude: Sequence[str] = (),
-    per_partition: bool = False, collectors: Sequence = (), now: datetime | None = None,
+    per_partition: bool = False, collectors: Sequence = (), now: datetime | None = None, channels: Sequence = (),
 ) -> str:
     """The exposition text. `pipelines`: selectors.PipelineMetrics rows; `sources`: objects with
     source, label, consecutive_failures, last_success_at and, when judged (collector_health.
@@ -117,4 +117,21 @@ def render(
     if last_poll is not None:
         families.append(last_poll)
     families.append(counts)
+    if channels:
+        families += _channel_families(channels)
     return "\n".join(line for family in families for line in family.lines()) + "\n"
+
+
+def _channel_families(channels: Sequence) -> list[Family]:
+    """Each enabled alert channel: up (its newest delivery attempt worked, or none was made yet)
+    and when it last delivered. Alert on `offsetwatch_channel_up == 0`: a failing channel means
+    on-call's pages are not arriving. Labels: the channel's name and kind, never its URL."""
+    up = Family("offsetwatch_channel_up",
+                "1 unless the alert channel's newest delivery attempt failed (retrying or given up).")
+    last_sent = Family("offsetwatch_channel_last_success_timestamp_seconds",
+                       "Unix time of the channel's last delivered notification (absent: none yet).")
+    for c in channels:
+        labels = {"channel": c.name, "kind": c.kind}
+        up.add(labels, 0 if c.failing else 1)
+        last_sent.add(labels, c.last_sent_at.timestamp() if c.last_sent_at else None)
+    return [up, last_sent]

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET
 from dashboard import params
 from dashboard.accounts.roles import OPERATOR, VIEWER, role_required, user_has_role
 from dashboard.alerting.page_selectors import rows_silenced
+from dashboard.alerting.selectors import channels_enabled, channels_failing
 from dashboard.api import metrics
 from dashboard.models import Pipeline
 from dashboard.monitoring.overview import (
@@ -119,6 +120,7 @@ def _overview_context(request) -> dict:
         "incidents_total": open_incidents_count(),
         "unreachable": unreachable_sources(),
         "stale": stale_sources(now=now),
+        "channels_failing": channels_failing(),
         "now": now,
     }
 
@@ -228,6 +230,7 @@ def metrics_view(request):
         pipelines=pipelines_metrics(), sources=status.sources,
         include=settings.METRICS_INCLUDE, exclude=settings.METRICS_EXCLUDE,
         per_partition=settings.METRICS_PER_PARTITION, collectors=status.parts, now=status.now,
+        channels=channels_enabled(),
     )
     return HttpResponse(text, content_type=CONTENT_TYPE)
 

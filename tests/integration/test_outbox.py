@@ -14,6 +14,7 @@ from django.utils import timezone
 from dashboard.alerting import outbox
 from dashboard.audit.actor import Actor
 from dashboard.models import AuditEvent, Channel, Notification
+from dashboard.monitoring.pruning import history_prune
 from tests.peers.network import SECRETS
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -123,3 +124,54 @@ def test_the_admins_test_message_goes_through_the_outbox_and_is_audited(peers, h
     assert got.json["title"] == "[Offset Watch] test notification" and "amir" in got.json["message"]
     event = AuditEvent.objects.get(action="channel.tested")
     assert (event.actor, event.remote_addr, event.details["notification"]) == ("amir", "10.0.0.7", n.pk)
+
+
+def test_a_failing_channel_is_said_on_the_overview_and_in_metrics_until_it_delivers_again(peers, hook, client, vera):
+    """A failed attempt (retried or given up) marks the channel failing at once: on-call sees that
+    its pages are not arriving, on the overview and as offsetwatch_channel_up 0; its URL never shows."""
+    client.force_login(vera)
+    assert outbox.notification_deliver(enqueue(hook).pk) == "sent"
+    hook.refresh_from_db()
+    assert not hook.failing and hook.last_sent_at is not None
+    assert b"channel-failing" not in client.get("/").content
+    assert 'offsetwatch_channel_up{channel="hook",kind="webhook"} 1' in client.get("/metrics").content.decode()
+
+    peers.fail("webhook", 503, times=1)
+    assert outbox.notification_deliver(enqueue(hook).pk) == "pending"  # retried later, but failing now
+    hook.refresh_from_db()
+    assert hook.failing and "503" in hook.last_failure
+    page = client.get("/").content.decode()
+    assert "channel-failing" in page and "Alert channel hook" in page and "503" in page
+    metrics = client.get("/metrics").content.decode()
+    assert 'offsetwatch_channel_up{channel="hook",kind="webhook"} 0' in metrics
+    for secret in SECRETS["webhook"]:
+        assert secret not in page + metrics
+
+    assert outbox.notifications_sweep(now=timezone.now() + timedelta(hours=1)) == 1  # the retry delivers
+    hook.refresh_from_db()
+    assert not hook.failing
+    assert "channel-failing" not in client.get("/").content.decode()
+
+
+def test_a_disabled_channel_is_not_said_failing(peers, hook, client, vera):
+    peers.fail("webhook", 400)
+    assert outbox.notification_deliver(enqueue(hook).pk) == "failed"
+    client.force_login(vera)
+    assert "channel-failing" in client.get("/").content.decode()
+    hook.enabled = False
+    hook.save()
+    assert "channel-failing" not in client.get("/").content.decode()
+    assert "offsetwatch_channel_up" not in client.get("/metrics").content.decode()
+
+
+def test_old_sent_and_failed_notifications_are_pruned_pending_ones_kept(peers, hook, settings):
+    settings.RETENTION_BATCHES_S = 3600.0
+    sent, failed, pending = enqueue(hook), enqueue(hook), enqueue(hook)
+    Notification.objects.filter(pk=sent.pk).update(status="sent")
+    Notification.objects.filter(pk=failed.pk).update(status="failed")
+    long_ago = timezone.now() - timedelta(hours=2)
+    Notification.objects.filter(pk__in=[sent.pk, failed.pk, pending.pk]).update(created_at=long_ago)
+    fresh = enqueue(hook)
+    Notification.objects.filter(pk=fresh.pk).update(status="sent")
+    assert history_prune(now=timezone.now())["Notification expired"] == 2
+    assert set(Notification.objects.values_list("pk", flat=True)) == {pending.pk, fresh.pk}
