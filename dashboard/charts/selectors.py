@@ -21,7 +21,7 @@ from offsetwatch.lib import rollup_packing
 from offsetwatch.lib.packing import NONE, unpack, unpack_partitions
 from streamoffsets import evaluation
 
-MISSING = -(2**63)  # "unknown" in an int64 column (a lag can be negative: high out-of-range)
+MISSING = rollup_packing.MISSING  # "unknown" in an int64 column (a lag can be negative: high out-of-range)
 
 
 @dataclass
@@ -85,20 +85,21 @@ def _packed_columns(rows) -> tuple[array, dict[int, array]]:
     return times, columns
 
 
-# A series of a chart has at most about SERIES_POINTS points: raw samples up to RAW_SPAN_S (one
-# every poll: 360 an hour at 10 s, and lag in seconds walked per partition is the costly part),
-# minute roll-ups while span/minute fits, hour roll-ups beyond.
+# A series of a chart has at most about SERIES_POINTS points: raw samples for short ranges
+# (RAW_SPAN_S by unit), minute roll-ups while span/minute fits, hour roll-ups beyond. Raw lag in
+# messages is one subtraction a value: an hour of samples (360 at 10 s). Raw lag in seconds walks
+# each partition's watermark history with its lookback (LAG_SECONDS_LOOKBACK_S): 15 minutes.
 SERIES_POINTS = 2000
-RAW_SPAN_S = 3600.0
+RAW_SPAN_S = {"messages": 3600.0, "seconds": 900.0}
 SAMPLES, MINUTE, HOUR = "samples", "minute", "hour"
 _RESOLUTION_S = {MINUTE: ChartRollup.MINUTE, HOUR: ChartRollup.HOUR}
 
 
-def chart_resolution(*, since: datetime, until: datetime, now: datetime) -> str:
+def chart_resolution(*, unit: str, since: datetime, until: datetime, now: datetime) -> str:
     """The resolution a chart over [since, until] is drawn at: SAMPLES, MINUTE or HOUR. Minute
     roll-ups are kept RETENTION_MINUTE_S: a range starting before that reads hours."""
     span_s = (until - since).total_seconds()
-    if span_s <= RAW_SPAN_S:
+    if span_s <= RAW_SPAN_S[unit]:
         return SAMPLES
     minutes_kept_since = shifted(now, -timedelta(seconds=settings.RETENTION_MINUTE_S))
     if span_s / ChartRollup.MINUTE <= SERIES_POINTS and since >= minutes_kept_since:
@@ -116,7 +117,7 @@ def pipeline_chart_table(*, pipeline: Pipeline, kind: str, unit: str, since: dat
     newest evaluation (the pipeline page's numbers) is the last point. A range with no roll-up at
     all (history from before they existed, not backfilled) is read from the samples."""
     if resolution is None:
-        resolution = chart_resolution(since=since, until=until, now=timezone.now())
+        resolution = chart_resolution(unit=unit, since=since, until=until, now=timezone.now())
     if resolution != SAMPLES:
         table = _rollup_table(pipeline=pipeline, kind=kind, unit=unit, since=since, until=until,
                               resolution_s=_RESOLUTION_S[resolution])
@@ -147,12 +148,20 @@ def _rollup_table(*, pipeline: Pipeline, kind: str, unit: str, since: datetime, 
     partitions = sorted({q for _, p in points for q in p.partitions})
     index = {q: i for i, q in enumerate(partitions)}
     n = len(points)
-    if unit == "messages":
+    if all(p.partitions == partitions for _, p in points):
+        # The usual case, every bucket with the same partitions: a transpose (in C). Unknown is
+        # the same int64 in both (rollup_packing.MISSING == MISSING).
+        if unit == "messages":
+            columns = [array("q", col) for col in zip(*(p.lags for _, p in points))]
+        else:
+            unknown = rollup_packing.SECONDS_MISSING
+            columns = [array("d", [NAN if s == unknown else s / 10 for s in col])
+                       for col in zip(*(p.seconds for _, p in points))]
+    elif unit == "messages":
         columns = [array("q", [MISSING]) * n for _ in partitions]
         for row, (_, p) in enumerate(points):
             for q, lag in zip(p.partitions, p.lags):
-                if lag != rollup_packing.MISSING:
-                    columns[index[q]][row] = lag
+                columns[index[q]][row] = lag
     else:
         columns = [array("d", [NAN]) * n for _ in partitions]
         for row, (_, p) in enumerate(points):

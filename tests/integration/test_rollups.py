@@ -124,9 +124,15 @@ def test_long_range_charts_read_the_rollups_and_equal_the_samples_at_those_point
     base = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=4)
     seen = _history(p, base, spike_after=90)
     since, until = base - timedelta(minutes=30), base + timedelta(hours=3, minutes=30)
-    assert chart_resolution(since=since, until=until, now=now) == MINUTE
-    assert chart_resolution(since=now - timedelta(days=7), until=now, now=now) == HOUR
-    assert chart_resolution(since=now - timedelta(minutes=30), until=now, now=now) == SAMPLES
+    for unit in ("messages", "seconds"):
+        assert chart_resolution(unit=unit, since=since, until=until, now=now) == MINUTE
+        assert chart_resolution(unit=unit, since=now - timedelta(days=7), until=now, now=now) == HOUR
+        assert chart_resolution(unit=unit, since=now - timedelta(minutes=15), until=now, now=now) == SAMPLES
+        # A day that starts before the minutes' retention: hours.
+        assert chart_resolution(unit=unit, since=now - timedelta(days=9), until=now - timedelta(days=8),
+                                now=now) == HOUR
+    assert chart_resolution(unit="messages", since=now - timedelta(hours=1), until=now, now=now) == SAMPLES
+    assert chart_resolution(unit="seconds", since=now - timedelta(hours=1), until=now, now=now) == MINUTE
 
     for kind in ("partitions", "total"):
         raw = pipeline_chart_table(pipeline=p, kind=kind, unit="messages", since=since, until=until, resolution=SAMPLES)

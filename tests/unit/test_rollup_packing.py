@@ -41,9 +41,14 @@ def test_seconds_are_kept_in_tenths_with_unknown_below_every_number():
     assert tenths(1e12) == SECONDS_MAX  # a lag of 31,000 years is kept as the largest, not wrapped
 
 
-def test_a_long_minute_of_64_partitions_compresses():
-    col = array("q", (10**9 + 37 * p for p in range(64)))
-    assert len(encode(col, array("i", range(64)))) < 64 * 12
+def test_lags_that_fit_four_bytes_take_four_unknown_included():
+    small = array("q", [5, MISSING, 2**31 - 1, 0])
+    blob = encode(small, array("i", [1, 2, 3, SECONDS_MISSING]))
+    assert len(blob) == 1 + 4 * 8 and decode(blob)[0] == small
+    for large in ([2**31], [-(2**31)], [MISSING, -(2**31)], [-(2**63) + 1]):
+        col = array("q", large)
+        blob = encode(col, array("i", [0] * len(large)))
+        assert len(blob) == 1 + 12 * len(large) and decode(blob)[0] == col
 
 
 def test_the_largest_per_partition_wins_and_unknown_never_does():
