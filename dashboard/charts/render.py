@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from dashboard.charts.selectors import ChartTable, Marker, chart_markers, pipeline_chart_table
+from dashboard.charts.selectors import MISSING, ChartTable, Marker, chart_markers, pipeline_chart_table
 from dashboard.models import Pipeline
 from dashboard.params import ChartParams, TimeRange
 from offsetwatch.lib.downsample import minmax_buckets
@@ -102,11 +102,12 @@ def chart_figure_dict(*, table, markers, title: str, tz: ZoneInfo) -> dict:
     unit = table.unit
     budget = series_budget(len(table.columns))
     data = []
+    shifted: dict[float, int] = {}  # every series shares the table's times: each is shifted once
     for i, name in enumerate(table.names):
-        points = minmax_buckets([(t, v) for t, v in zip(table.times, table.values(i)) if v is not None], budget)
+        points = minmax_buckets(_known_points(table.times, table.columns[i]), budget)
         data.append({
             "type": "scatter",
-            "x": [wall_clock_ms(t, tz) for t, _ in points],
+            "x": [shifted[t] if t in shifted else shifted.setdefault(t, wall_clock_ms(t, tz)) for t, _ in points],
             "y": [v for _, v in points],
             "mode": "lines+markers" if len(points) <= 100 else "lines",
             "name": name,
@@ -134,6 +135,13 @@ def chart_figure_dict(*, table, markers, title: str, tz: ZoneInfo) -> dict:
     if annotations:
         layout["annotations"] = annotations
     return {"data": data, "layout": layout}
+
+
+def _known_points(times: array, column: array) -> list[tuple[float, int | float]]:
+    """(time, value) where the column's value is known (ChartTable: MISSING in 'q', NaN in 'd')."""
+    if column.typecode == "q":
+        return [(t, v) for t, v in zip(times, column) if v != MISSING]
+    return [(t, v) for t, v in zip(times, column) if v == v]
 
 
 TEMPLATE = "plotly_white"

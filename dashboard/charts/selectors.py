@@ -144,31 +144,36 @@ def _rollup_table(*, pipeline: Pipeline, kind: str, unit: str, since: datetime, 
             return ChartTable(kind, unit, times, ["total lag (largest in each bucket)"], [None], [total])
         total = array("d", (NAN if p.lag_seconds is None else round(p.lag_seconds, 1) for _, p in points))
         return ChartTable(kind, unit, times, ["lag (max over partitions)"], [None], [total])
-    # Columns by partition: a partition missing from a bucket (the topic grew) is unknown there.
-    partitions = sorted({q for _, p in points for q in p.partitions})
-    index = {q: i for i, q in enumerate(partitions)}
-    n = len(points)
-    if all(p.partitions == partitions for _, p in points):
-        # The usual case, every bucket with the same partitions: a transpose (in C). Unknown is
-        # the same int64 in both (rollup_packing.MISSING == MISSING).
-        if unit == "messages":
-            columns = [array("q", col) for col in zip(*(p.lags for _, p in points))]
-        else:
-            unknown = rollup_packing.SECONDS_MISSING
-            columns = [array("d", [NAN if s == unknown else s / 10 for s in col])
-                       for col in zip(*(p.seconds for _, p in points))]
-    elif unit == "messages":
-        columns = [array("q", [MISSING]) * n for _ in partitions]
-        for row, (_, p) in enumerate(points):
-            for q, lag in zip(p.partitions, p.lags):
-                columns[index[q]][row] = lag
+    partitions, columns = _partition_columns([p for _, p in points], unit)
+    return ChartTable(kind, unit, times, [f"partition {q}" for q in partitions], partitions, columns)
+
+
+def _partition_columns(points: list[rollups.Point], unit: str) -> tuple[list[int], list[array]]:
+    """(partitions, one column each) of roll-up points; a partition missing from a point (the
+    topic grew, or the newest evaluation differs) is unknown there."""
+    # The usual case: a run of points with the same partitions, transposed in C. Unknown is the
+    # same int64 in both (rollup_packing.MISSING == MISSING).
+    head = points[0].partitions
+    run = next((i for i, p in enumerate(points) if p.partitions != head), len(points))
+    if unit == "messages":
+        columns = {q: array("q", col) for q, col in zip(head, zip(*(p.lags for p in points[:run])))}
     else:
-        columns = [array("d", [NAN]) * n for _ in partitions]
-        for row, (_, p) in enumerate(points):
-            for q, s in zip(p.partitions, p.seconds):
-                if s != rollup_packing.SECONDS_MISSING:
-                    columns[index[q]][row] = s / 10
-    return ChartTable(kind, unit, times, [f"partition {q}" for q in partitions], list(partitions), columns)
+        unknown = rollup_packing.SECONDS_MISSING
+        columns = {q: array("d", [NAN if s == unknown else s / 10 for s in col])
+                   for q, col in zip(head, zip(*(p.seconds for p in points[:run])))}
+    empty = array("q", [MISSING]) if unit == "messages" else array("d", [NAN])
+    for row, p in enumerate(points[run:], start=run):
+        values = p.lags if unit == "messages" else [NAN if s == rollup_packing.SECONDS_MISSING else s / 10
+                                                    for s in p.seconds]
+        for col in columns.values():
+            col.append(empty[0])
+        for q, v in zip(p.partitions, values):
+            col = columns.get(q)
+            if col is None:
+                col = columns[q] = empty * (row + 1)
+            col[row] = v
+    partitions = sorted(columns)
+    return partitions, [columns[q] for q in partitions]
 
 
 def _samples_table(*, pipeline: Pipeline, kind: str, unit: str, since: datetime, until: datetime) -> ChartTable:

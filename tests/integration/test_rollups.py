@@ -183,6 +183,25 @@ def test_the_newest_point_of_a_rollup_chart_is_the_pages_number():
     assert table.times[-1] == (at + timedelta(seconds=10)).timestamp()
 
 
+def test_a_partition_added_later_is_unknown_before_it_existed():
+    p = pipeline_row("grown")
+    now = dj_timezone.now()
+    b0, b1 = (rollups.bucket_start(now - timedelta(hours=h), ChartRollup.MINUTE) for h in (3, 2))
+    rollups.rollups_merge({
+        (p.pk, ChartRollup.MINUTE, b0): rollups.Point([0, 1], array("q", [4, 5]), array("i", [10, 20]), 9, 2.0),
+        (p.pk, ChartRollup.MINUTE, b1): rollups.Point([0, 1, 2], array("q", [6, 7, 8]), array("i", [30, 40, 50]), 21, 5.0),
+    })
+    PipelineEvaluation.objects.create(pipeline=p, evaluated_at=now - timedelta(hours=1), status=0, total_lag=1,
+                                      partitions=[{"partition": 1, "lag": 1, "lag_seconds": None}])
+    messages = pipeline_chart_table(pipeline=p, kind="partitions", unit="messages", since=now - timedelta(hours=5),
+                                    until=now)
+    assert messages.partitions == [0, 1, 2]
+    assert [messages.values(i) for i in range(3)] == [[4, 6, None], [5, 7, 1], [None, 8, None]]
+    seconds = pipeline_chart_table(pipeline=p, kind="partitions", unit="seconds", since=now - timedelta(hours=5),
+                                   until=now)
+    assert [seconds.values(i) for i in range(3)] == [[1.0, 3.0, None], [2.0, 4.0, None], [None, 5.0, None]]
+
+
 # --- backfill of history stored before roll-ups existed -------------------------------------------
 
 
