@@ -13,9 +13,8 @@ from array import array
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-import psycopg
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Q
 
 from dashboard.models import ChartRollup, PipelineEvaluation
@@ -25,7 +24,7 @@ from offsetwatch.lib.rollup_packing import (
     decode_partitions,
     encode,
     encode_partitions,
-    tenths,
+    tenths_array,
 )
 
 RESOLUTIONS = (ChartRollup.MINUTE, ChartRollup.HOUR)
@@ -53,10 +52,14 @@ class Point:
 def evaluation_point(e: PipelineEvaluation) -> Point:
     """The evaluation's per-partition numbers (what the pipeline page shows) as a roll-up point."""
     rows = e.partitions
+    try:
+        lags, seconds = [r["lag"] for r in rows], [r["lag_seconds"] for r in rows]
+    except KeyError:  # a row stored before these fields: unknown
+        lags, seconds = [r.get("lag") for r in rows], [r.get("lag_seconds") for r in rows]
     return Point(
         partitions=[r["partition"] for r in rows],
-        lags=array("q", [MISSING if r.get("lag") is None else r["lag"] for r in rows]),
-        seconds=array("i", [tenths(r.get("lag_seconds")) for r in rows]),
+        lags=array("q", [MISSING if v is None else v for v in lags]),
+        seconds=tenths_array(seconds),
         total_lag=e.total_lag, lag_seconds=e.lag_seconds,
     )
 
@@ -123,10 +126,10 @@ _TYPES = ("bigint", "integer", "timestamptz", "bytea", "bytea", "bigint", "doubl
 
 
 def _upsert(rows: list[tuple], *, keep_existing: bool) -> None:
-    """Insert or replace the rows (in _COLUMNS' order) in one statement. On PostgreSQL one INSERT
-    ... SELECT FROM unnest(one array per column) ON CONFLICT: eight parameters whatever the rows
-    (Django's bulk_create binds eight per row, and building that query cost more than the cycle's
-    evaluation of 10,000 partitions). Elsewhere (the demo's SQLite) bulk_create's own upsert."""
+    """Insert or replace the rows (in _COLUMNS' order). On PostgreSQL a COPY and one INSERT ...
+    SELECT ... ON CONFLICT, four statements whatever the rows (Django's bulk_create binds eight
+    parameters per row: building that query cost more than the cycle's evaluation of 10,000
+    partitions). Elsewhere (the demo's SQLite) bulk_create's own upsert."""
     if not rows:
         return
     if connection.vendor != "postgresql":
@@ -138,15 +141,25 @@ def _upsert(rows: list[tuple], *, keep_existing: bool) -> None:
                                             unique_fields=["pipeline", "resolution_s", "bucket"], update_fields=_FIELDS)
         return
     table = connection.ops.quote_name(ChartRollup._meta.db_table)
-    arrays = ", ".join(f"%s::{t}[]" for t in _TYPES)
+    columns = ", ".join(_COLUMNS)
     action = "NOTHING" if keep_existing else "UPDATE SET " + ", ".join(f"{f} = EXCLUDED.{f}" for f in _FIELDS)
-    sql = (f"INSERT INTO {table} ({', '.join(_COLUMNS)}) SELECT * FROM unnest({arrays}) "
-           f"ON CONFLICT (pipeline_id, resolution_s, bucket) DO {action}")
-    connection.ensure_connection()
-    # psycopg's own cursor, binding on the server in binary: Django's binds on the client, which
-    # quotes every bytea of the arrays into the SQL text in Python.
-    with psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, [list(column) for column in zip(*rows)], binary=True)
+    # One transaction (a savepoint inside the poll's): the staging rows live until its commit.
+    with transaction.atomic(), connection.cursor() as cursor:
+        # The rows go by COPY into a temporary table of this session (rows formatted by psycopg's
+        # C code: binding them as parameters, in text or binary, quoted each value in Python),
+        # then one INSERT ... SELECT ... ON CONFLICT. Emptied after use: the poll's transaction
+        # may write again (tests run cycles in one transaction).
+        cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {_STAGING} ("
+                       + ", ".join(f"{c} {t}" for c, t in zip(_COLUMNS, _TYPES)) + ") ON COMMIT DELETE ROWS")
+        with cursor.cursor.copy(f"COPY {_STAGING} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {_STAGING} "
+                       f"ON CONFLICT (pipeline_id, resolution_s, bucket) DO {action}")
+        cursor.execute(f"TRUNCATE {_STAGING}")
+
+
+_STAGING = "chart_rollup_staging"
 
 
 def rollups_record(evaluations: list[PipelineEvaluation], now: datetime) -> int:

@@ -27,6 +27,16 @@ def tenths(seconds: float | None) -> int:
     return min(SECONDS_MAX, max(0, round(seconds * 10)))
 
 
+_TENTHS_FIT = SECONDS_MAX / 10
+
+
+def tenths_array(seconds) -> array:
+    """tenths() of each value, as an array('i'): one comprehension, no call per value (every
+    partition of every pipeline, at every cycle)."""
+    return array("i", [SECONDS_MISSING if s is None or s != s else round(s * 10) if 0 <= s < _TENTHS_FIT
+                       else tenths(s) for s in seconds])
+
+
 _NARROW_MISSING = -(2**31)  # MISSING in the 4-byte width
 
 

@@ -17,6 +17,7 @@ from offsetwatch.lib.rollup_packing import (
     encode,
     encode_partitions,
     tenths,
+    tenths_array,
 )
 
 lags = st.integers(-(2**63), 2**63 - 1)
@@ -39,6 +40,8 @@ def test_seconds_are_kept_in_tenths_with_unknown_below_every_number():
     assert tenths(None) == SECONDS_MISSING and tenths(float("nan")) == SECONDS_MISSING
     assert tenths(12.34) == 123 and tenths(0.0) == 0
     assert tenths(1e12) == SECONDS_MAX  # a lag of 31,000 years is kept as the largest, not wrapped
+    values = [None, float("nan"), 12.34, 0.0, -3.0, 1e12, SECONDS_MAX / 10, 0.05]
+    assert list(tenths_array(values)) == [tenths(v) for v in values]
 
 
 def test_lags_that_fit_four_bytes_take_four_unknown_included():
