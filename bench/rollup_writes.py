@@ -75,7 +75,7 @@ def run(partitions: int, cycles: int) -> None:
     cells = rows * PER_PIPELINE
     print(f"{partitions:>8,} partitions ({len(pipelines):,} pipelines): per cycle p50 {statistics.median(times):.0f} ms, "
           f"max {max(times):.0f} ms (this process's CPU p50 {statistics.median(cpu):.0f} ms), queries {sorted(queries)} "
-          f"(the COPY counted as one); packed {packed / cells:.1f} B per partition-bucket, "
+          f"and the COPY; packed {packed / cells:.1f} B per partition-bucket, "
           f"table with indexes {table / cells:.1f} B per partition-bucket ({rows:,} rows)")
     ChartRollup.objects.all().delete()
 

@@ -4,8 +4,9 @@ called by dashboard.monitoring.evaluation.pipelines_evaluate), so a chart's poin
 page's numbers; read by dashboard.charts.selectors for ranges too long for raw samples; pruned
 with the retention policy (rollups_prune, from dashboard.monitoring.pruning.history_prune).
 
-A cycle costs two queries whatever the number of pipelines: the open buckets (minute and hour)
-are read in one, merged in Python, and upserted in one statement.
+A cycle costs the same few statements whatever the number of pipelines: the open buckets
+(minute and hour) are read in one query, merged in Python, and upserted at once (COPY into a
+staging table, then one INSERT ... SELECT ... ON CONFLICT).
 """
 from __future__ import annotations
 
@@ -164,7 +165,7 @@ _STAGING = "chart_rollup_staging"
 
 def rollups_record(evaluations: list[PipelineEvaluation], now: datetime) -> int:
     """Add a cycle's evaluations to their pipelines' open minute and hour (in the poll's
-    transaction): two queries whatever the number of pipelines."""
+    transaction): the same statements whatever the number of pipelines."""
     points = {}
     buckets = [(resolution, bucket_start(now, resolution)) for resolution in RESOLUTIONS]
     for e in evaluations:
