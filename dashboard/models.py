@@ -251,6 +251,34 @@ class PipelineEvaluation(models.Model):
         return Status(self.status).name
 
 
+class ChartRollup(models.Model):
+    """A pipeline's lag over one minute or one hour (its bucket), written at each cluster poll from
+    the evaluation's numbers (dashboard.charts.rollups): the largest seen in the bucket, so a
+    spike inside a minute survives into the hour. Charts over long ranges read these instead of
+    walking every sample."""
+
+    MINUTE, HOUR = 60, 3600
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="chart_rollups")
+    resolution_s = models.PositiveIntegerField()  # MINUTE or HOUR
+    bucket = models.DateTimeField()  # the bucket's start (UTC, a whole minute or hour)
+    # Partition ids (empty when 0..n-1) and, per partition, the largest lag in messages and in
+    # seconds (offsetwatch.lib.rollup_packing: its own format, compressed).
+    partitions = models.BinaryField(default=b"")
+    lags = models.BinaryField(default=b"")
+    # The largest total lag, and the largest lag in seconds of the pipeline (its most-behind
+    # partition's), in the bucket; null when never known there.
+    total_lag = models.BigIntegerField(null=True)
+    lag_seconds = models.FloatField(null=True)
+    samples = models.PositiveIntegerField(default=0)  # evaluations merged into the bucket
+
+    class Meta:
+        # Also the index of the charts' reads (pipeline, resolution, range of buckets).
+        constraints = [models.UniqueConstraint(fields=["pipeline", "resolution_s", "bucket"], name="rollup_unique")]
+        # Pruning drops buckets by age for each resolution.
+        indexes = [models.Index(fields=["resolution_s", "bucket"], name="rollup_resolution_bucket")]
+
+
 class Incident(models.Model):
     """A stretch of time a pipeline's status was above OK (`partition` None), or one partition's
     own status (STALLED or STOPPED by the partition rules) while its neighbours moved."""

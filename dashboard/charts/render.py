@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import html
+import json
 from array import array
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 import plotly.graph_objects as go
+import plotly.io as pio
 
-from dashboard.charts.selectors import ChartTable, Marker, chart_markers, pipeline_chart_table
+from dashboard.charts.selectors import MISSING, ChartTable, Marker, chart_markers, pipeline_chart_table
 from dashboard.models import Pipeline
 from dashboard.params import ChartParams, TimeRange
 from offsetwatch.lib.downsample import minmax_buckets
@@ -58,11 +61,13 @@ class Chart:
     title: str
 
 
-def pipeline_chart(*, pipeline: Pipeline, params: ChartParams, tz: ZoneInfo) -> Chart:
-    """A pipeline's chart at full resolution: its numbers, its markers, its title."""
+def pipeline_chart(*, pipeline: Pipeline, params: ChartParams, tz: ZoneInfo, resolution: str | None = None) -> Chart:
+    """A pipeline's chart: its numbers, its markers, its title. `resolution` as
+    pipeline_chart_table takes it: None picks it from the range (the page's figure, images),
+    SAMPLES is full resolution (exports)."""
     r = params.range
     table = pipeline_chart_table(pipeline=pipeline, kind=params.kind, unit=params.unit, since=r.since,
-                                           until=r.until)
+                                 until=r.until, resolution=resolution)
     return Chart(
         table=table,
         markers=chart_markers(pipeline=pipeline, since=r.since, until=r.until),
@@ -90,43 +95,80 @@ def table_downsample(table, max_points: int):
                       list(table.partitions), [array(col.typecode, (col[r] for r in rows)) for col in table.columns])
 
 
-def chart_figure(*, table, markers, title: str, tz: ZoneInfo) -> go.Figure:
-    """The figure of a ChartTable with its markers, every series downsampled to its budget."""
+def chart_figure_dict(*, table, markers, title: str, tz: ZoneInfo) -> dict:
+    """The figure of a ChartTable with its markers as plain data (plotly's figure schema), every
+    series downsampled to its budget. Plain dicts, not plotly objects: validating 64 traces of
+    points costs more than reading them from the roll-ups (chart_figure makes the object)."""
     unit = table.unit
     budget = series_budget(len(table.columns))
-    fig = go.Figure()
+    data = []
+    shifted: dict[float, int] = {}  # every series shares the table's times: each is shifted once
     for i, name in enumerate(table.names):
-        points = minmax_buckets([(t, v) for t, v in zip(table.times, table.values(i)) if v is not None], budget)
-        fig.add_trace(go.Scatter(
-            x=[wall_clock_ms(t, tz) for t, _ in points],
-            y=[v for _, v in points],
-            mode="lines+markers" if len(points) <= 100 else "lines",
-            name=name,
-            line={"shape": "hv" if unit == "messages" else "linear", "width": 1.5},
-            hovertemplate="%{x|%Y-%m-%d %H:%M:%S}<br>%{y:,}" + (" messages" if unit == "messages" else " s")
+        points = minmax_buckets(_known_points(table.times, table.columns[i]), budget)
+        data.append({
+            "type": "scatter",
+            "x": [shifted[t] if t in shifted else shifted.setdefault(t, wall_clock_ms(t, tz)) for t, _ in points],
+            "y": [v for _, v in points],
+            "mode": "lines+markers" if len(points) <= 100 else "lines",
+            "name": name,
+            "line": {"shape": "hv" if unit == "messages" else "linear", "width": 1.5},
+            "hovertemplate": "%{x|%Y-%m-%d %H:%M:%S}<br>%{y:,}" + (" messages" if unit == "messages" else " s")
             + f"<extra>{html.escape(name)}</extra>",
-        ))
-    _add_markers(fig, markers, tz)
+        })
+    annotations: list[dict] = []
+    _add_markers(data, annotations, markers, tz)
     many = len(table.columns) > 1
-    fig.update_layout(
+    layout = {
         # Plotly reads tags in titles (<b>, <a href>): names are escaped so they show as written.
-        title={"text": html.escape(title, quote=False), "font": {"size": 13}},
-        xaxis={"type": "date", "title": f"time ({tz.key})"},
-        yaxis={"title": f"lag ({unit})", "rangemode": "tozero"},
+        "title": {"text": html.escape(title, quote=False), "font": {"size": 13}},
+        "xaxis": {"type": "date", "title": {"text": f"time ({tz.key})"}},
+        "yaxis": {"title": {"text": f"lag ({unit})"}, "rangemode": "tozero"},
         # The markers' axis: 0 to 1 over the plot, never shown.
-        yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
-        margin={"l": 60, "r": 20, "t": 40, "b": 50},
-        height=420 if many else 320,
-        showlegend=many or bool(markers),
-        template="plotly_white",
-    )
+        "yaxis2": {"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
+        "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+        "height": 420 if many else 320,
+        "showlegend": many or bool(markers),
+    }
     if not len(table.times):
-        fig.add_annotation(text="no lag samples in this range yet", showarrow=False, xref="paper", yref="paper",
-                           x=0.5, y=0.5)
-    return fig
+        annotations.append({"text": "no lag samples in this range yet", "showarrow": False, "xref": "paper",
+                            "yref": "paper", "x": 0.5, "y": 0.5})
+    if annotations:
+        layout["annotations"] = annotations
+    return {"data": data, "layout": layout}
 
 
-def _add_markers(fig: go.Figure, markers, tz: ZoneInfo) -> None:
+def _known_points(times: array, column: array) -> list[tuple[float, int | float]]:
+    """(time, value) where the column's value is known (ChartTable: MISSING in 'q', NaN in 'd')."""
+    if column.typecode == "q":
+        return [(t, v) for t, v in zip(times, column) if v != MISSING]
+    return [(t, v) for t, v in zip(times, column) if v == v]
+
+
+TEMPLATE = "plotly_white"
+
+
+@lru_cache(maxsize=1)
+def _template_json() -> dict:
+    # The template as plotly.js takes it (plotly expands the name in Python): made once.
+    return pio.templates[TEMPLATE].to_plotly_json()
+
+
+def chart_figure(*, table, markers, title: str, tz: ZoneInfo) -> go.Figure:
+    """The figure as a plotly object (images are rendered from it)."""
+    fig = chart_figure_dict(table=table, markers=markers, title=title, tz=tz)
+    fig["layout"]["template"] = TEMPLATE
+    return go.Figure(fig)
+
+
+def chart_figure_json(*, table, markers, title: str, tz: ZoneInfo) -> bytes:
+    """The figure's JSON for the page (plotly.js draws it): what chart_figure(...).to_json() gives,
+    without building and validating plotly objects."""
+    fig = chart_figure_dict(table=table, markers=markers, title=title, tz=tz)
+    fig["layout"]["template"] = _template_json()
+    return json.dumps(fig, separators=(",", ":")).encode()
+
+
+def _add_markers(data: list[dict], annotations: list[dict], markers, tz: ZoneInfo) -> None:
     shown = markers[-MAX_MARKERS:]
     by_kind: dict[str, list] = {}
     for m in shown:
@@ -135,18 +177,19 @@ def _add_markers(fig: go.Figure, markers, tz: ZoneInfo) -> None:
         style = _MARKER_STYLE.get(kind, {"color": "#374151", "symbol": "circle"})
         xs = [wall_clock_ms(m.at.timestamp(), tz) for m in items]
         # A vertical line per event (x, x, gap), then a symbol at the top carrying the label.
-        fig.add_trace(go.Scatter(
-            x=[v for x in xs for v in (x, x, None)], y=[v for _ in xs for v in (0, 1, None)], yaxis="y2",
-            mode="lines", line={"color": style["color"], "width": 1, "dash": "dot"}, hoverinfo="skip",
-            legendgroup=kind, showlegend=False,
-        ))
-        fig.add_trace(go.Scatter(
-            x=xs, y=[1] * len(xs), yaxis="y2", mode="markers", name=kind, legendgroup=kind,
-            marker={"color": style["color"], "symbol": style["symbol"], "size": 9},
-            hovertext=[html.escape(visible(m.label[:MARKER_LABEL_CHARS]), quote=False) for m in items],
-            hovertemplate="%{x|%Y-%m-%d %H:%M:%S}<br>%{hovertext}<extra>" + kind + "</extra>",
-        ))
+        data.append({
+            "type": "scatter",
+            "x": [v for x in xs for v in (x, x, None)], "y": [v for _ in xs for v in (0, 1, None)], "yaxis": "y2",
+            "mode": "lines", "line": {"color": style["color"], "width": 1, "dash": "dot"}, "hoverinfo": "skip",
+            "legendgroup": kind, "showlegend": False,
+        })
+        data.append({
+            "type": "scatter",
+            "x": xs, "y": [1] * len(xs), "yaxis": "y2", "mode": "markers", "name": kind, "legendgroup": kind,
+            "marker": {"color": style["color"], "symbol": style["symbol"], "size": 9},
+            "hovertext": [html.escape(visible(m.label[:MARKER_LABEL_CHARS]), quote=False) for m in items],
+            "hovertemplate": "%{x|%Y-%m-%d %H:%M:%S}<br>%{hovertext}<extra>" + kind + "</extra>",
+        })
     if len(markers) > len(shown):
-        fig.add_annotation(text=f"{len(markers) - len(shown)} older events not drawn", showarrow=False,
-                           xref="paper", yref="paper", x=0, y=1.06, xanchor="left")
-
+        annotations.append({"text": f"{len(markers) - len(shown)} older events not drawn", "showarrow": False,
+                            "xref": "paper", "yref": "paper", "x": 0, "y": 1.06, "xanchor": "left"})

@@ -1,5 +1,7 @@
-"""Chart data: a pipeline's lag or watermark series in a range as packed columns (ChartTable), the
-series counts that bound a request, and the markers (incidents, restarts, rewinds) drawn on it."""
+"""Chart data: a pipeline's lag series in a range as packed columns (ChartTable), from raw
+samples for short ranges and from the minute or hour roll-ups (dashboard.charts.rollups) for
+longer ones; the series counts that bound a request, and the markers (incidents, restarts,
+rewinds) drawn on it."""
 from __future__ import annotations
 
 from array import array
@@ -10,13 +12,16 @@ from typing import Iterator
 
 from django.conf import settings
 from django.db.models import Q
+from django.utils import timezone
 
-from dashboard.models import Pipeline, RewindRequest, WatermarkSample
+from dashboard.charts import rollups
+from dashboard.models import ChartRollup, Pipeline, PipelineEvaluation, RewindRequest, WatermarkSample
 from dashboard.params import shifted
+from offsetwatch.lib import rollup_packing
 from offsetwatch.lib.packing import NONE, unpack, unpack_partitions
 from streamoffsets import evaluation
 
-MISSING = -(2**63)  # "unknown" in an int64 column (a lag can be negative: high out-of-range)
+MISSING = rollup_packing.MISSING  # "unknown" in an int64 column (a lag can be negative: high out-of-range)
 
 
 @dataclass
@@ -80,9 +85,99 @@ def _packed_columns(rows) -> tuple[array, dict[int, array]]:
     return times, columns
 
 
-def pipeline_chart_table(*, pipeline: Pipeline, kind: str, unit: str, since: datetime, until: datetime) -> ChartTable:
+# A series of a chart has at most about SERIES_POINTS points: raw samples for short ranges
+# (RAW_SPAN_S by unit), minute roll-ups while span/minute fits, hour roll-ups beyond. Raw lag in
+# messages is one subtraction a value: an hour of samples (360 at 10 s). Raw lag in seconds walks
+# each partition's watermark history with its lookback (LAG_SECONDS_LOOKBACK_S): 15 minutes.
+SERIES_POINTS = 2000
+RAW_SPAN_S = {"messages": 3600.0, "seconds": 900.0}
+SAMPLES, MINUTE, HOUR = "samples", "minute", "hour"
+_RESOLUTION_S = {MINUTE: ChartRollup.MINUTE, HOUR: ChartRollup.HOUR}
+
+
+def chart_resolution(*, unit: str, since: datetime, until: datetime, now: datetime) -> str:
+    """The resolution a chart over [since, until] is drawn at: SAMPLES, MINUTE or HOUR. Minute
+    roll-ups are kept RETENTION_MINUTE_S: a range starting before that reads hours."""
+    span_s = (until - since).total_seconds()
+    if span_s <= RAW_SPAN_S[unit]:
+        return SAMPLES
+    minutes_kept_since = shifted(now, -timedelta(seconds=settings.RETENTION_MINUTE_S))
+    if span_s / ChartRollup.MINUTE <= SERIES_POINTS and since >= minutes_kept_since:
+        return MINUTE
+    return HOUR
+
+
+def pipeline_chart_table(*, pipeline: Pipeline, kind: str, unit: str, since: datetime, until: datetime,
+                         resolution: str | None = None) -> ChartTable:
     """The chart of a pipeline over [since, until]: total or per-partition lag, in messages or
-    seconds, at each stored lag sample (full resolution: the chart downsamples, exports may not)."""
+    seconds. `resolution` None picks it from the range (chart_resolution): the page's chart and
+    images; SAMPLES reads every stored sample (exports: full resolution).
+
+    From roll-ups, each point is the largest lag of its bucket, at the bucket's start, and the
+    newest evaluation (the pipeline page's numbers) is the last point. A range with no roll-up at
+    all (history from before they existed, not backfilled) is read from the samples."""
+    if resolution is None:
+        resolution = chart_resolution(unit=unit, since=since, until=until, now=timezone.now())
+    if resolution != SAMPLES:
+        table = _rollup_table(pipeline=pipeline, kind=kind, unit=unit, since=since, until=until,
+                              resolution_s=_RESOLUTION_S[resolution])
+        if table is not None:
+            return table
+    return _samples_table(pipeline=pipeline, kind=kind, unit=unit, since=since, until=until)
+
+
+def _rollup_table(*, pipeline: Pipeline, kind: str, unit: str, since: datetime, until: datetime,
+                  resolution_s: int) -> ChartTable | None:
+    per_partition = kind == "partitions"
+    points = list(rollups.rollup_points(pipeline_id=pipeline.pk, resolution_s=resolution_s, since=since, until=until,
+                                        per_partition=per_partition))
+    if not points:
+        return None
+    newest = (PipelineEvaluation.objects.filter(pipeline=pipeline, evaluated_at__gte=since, evaluated_at__lte=until)
+              .first())
+    if newest is not None and newest.evaluated_at > points[-1][0]:
+        points.append((newest.evaluated_at, rollups.evaluation_point(newest)))
+    times = array("d", (at.timestamp() for at, _ in points))
+    if not per_partition:
+        if unit == "messages":
+            total = array("q", (MISSING if p.total_lag is None else p.total_lag for _, p in points))
+            return ChartTable(kind, unit, times, ["total lag (largest in each bucket)"], [None], [total])
+        total = array("d", (NAN if p.lag_seconds is None else round(p.lag_seconds, 1) for _, p in points))
+        return ChartTable(kind, unit, times, ["lag (max over partitions)"], [None], [total])
+    partitions, columns = _partition_columns([p for _, p in points], unit)
+    return ChartTable(kind, unit, times, [f"partition {q}" for q in partitions], partitions, columns)
+
+
+def _partition_columns(points: list[rollups.Point], unit: str) -> tuple[list[int], list[array]]:
+    """(partitions, one column each) of roll-up points; a partition missing from a point (the
+    topic grew, or the newest evaluation differs) is unknown there."""
+    # The usual case: a run of points with the same partitions, transposed in C. Unknown is the
+    # same int64 in both (rollup_packing.MISSING == MISSING).
+    head = points[0].partitions
+    run = next((i for i, p in enumerate(points) if p.partitions != head), len(points))
+    if unit == "messages":
+        columns = {q: array("q", col) for q, col in zip(head, zip(*(p.lags for p in points[:run])))}
+    else:
+        unknown = rollup_packing.SECONDS_MISSING
+        columns = {q: array("d", [NAN if s == unknown else s / 10 for s in col])
+                   for q, col in zip(head, zip(*(p.seconds for p in points[:run])))}
+    empty = array("q", [MISSING]) if unit == "messages" else array("d", [NAN])
+    for row, p in enumerate(points[run:], start=run):
+        values = p.lags if unit == "messages" else [NAN if s == rollup_packing.SECONDS_MISSING else s / 10
+                                                    for s in p.seconds]
+        for col in columns.values():
+            col.append(empty[0])
+        for q, v in zip(p.partitions, values):
+            col = columns.get(q)
+            if col is None:
+                col = columns[q] = empty * (row + 1)
+            col[row] = v
+    partitions = sorted(columns)
+    return partitions, [columns[q] for q in partitions]
+
+
+def _samples_table(*, pipeline: Pipeline, kind: str, unit: str, since: datetime, until: datetime) -> ChartTable:
+    """The chart at each stored lag sample (full resolution)."""
     if kind == "total" and unit == "messages":
         times, total = array("d"), array("q")
         for at, lag in (pipeline.lag_samples.filter(sampled_at__gte=since, sampled_at__lte=until)

@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from dashboard.charts import render as charts
+from dashboard.charts.selectors import SAMPLES
 from dashboard.exports.formats import batches_table, chart_table_rows, download_name, export_preamble, range_ms
 from dashboard.exports.selectors import batch_export_count
 from dashboard.models import (
@@ -98,7 +99,8 @@ def export_job_run(*, job_id: int) -> ExportJob | None:
         else:
             params = ChartParams(kind=job.params.get("kind", "total"), unit=job.params.get("unit", "messages"),
                                  range=time_range)
-            chart = charts.pipeline_chart(pipeline=pipeline, params=params, tz=tz)
+            # Full resolution: an export is every stored sample, not the roll-ups a chart draws.
+            chart = charts.pipeline_chart(pipeline=pipeline, params=params, tz=tz, resolution=SAMPLES)
             what = chart.title
             rows_of_job.update(rows_total=len(chart.table.times))
             header, rows = chart_table_rows(chart.table, tz)

@@ -15,6 +15,7 @@ from django.db.models import Min
 from dashboard.alerting import lifecycle
 from dashboard.alerting.outbox import notifications_enqueue
 from dashboard.alerting.services import CycleAlerting
+from dashboard.charts.rollups import rollups_record
 from dashboard.models import (
     Cluster,
     Incident,
@@ -142,6 +143,7 @@ def pipelines_evaluate(
     # costs two statements, where bulk_update builds a CASE per row and field.
     PipelineEvaluation.objects.filter(pipeline__in=pipelines).delete()
     copy_insert(PipelineEvaluation, evaluations)
+    rollups_record(evaluations, now)  # the charts' minute and hour roll-ups, from these numbers
     Incident.objects.bulk_create(incidents_new, batch_size=1000)
     Incident.objects.bulk_update(incidents_changed, ["closed_at", "worst_status", "reasons", "status", "ok_samples",
                                                      "notified_status", "notified_at"], batch_size=1000)

@@ -9,6 +9,7 @@ from django.db.models import Min, Subquery
 from django.db.models.functions import TruncHour, TruncMinute
 
 from dashboard.alerting.outbox import notifications_prune
+from dashboard.charts.rollups import rollups_prune
 from dashboard.exports.services import export_jobs_prune
 from dashboard.models import (
     Batch,
@@ -50,4 +51,5 @@ def history_prune(*, now: datetime) -> dict[str, int]:
         last_seen_at__lt=now - timedelta(seconds=settings.RETENTION_BATCHES_S)).delete()[0]
     counts["ExportJob expired"] = export_jobs_prune(now=now)
     counts["Notification expired"] = notifications_prune(now=now)
+    counts.update(rollups_prune(now=now))
     return counts

@@ -13,7 +13,7 @@ from dashboard import heavy, params
 from dashboard.accounts.roles import VIEWER, role_required
 from dashboard.charts import cache as chart_cache
 from dashboard.charts import render as charts
-from dashboard.charts.selectors import chart_series_count, lag_sample_count
+from dashboard.charts.selectors import SAMPLES, chart_series_count, lag_sample_count
 from dashboard.exports import selectors as export_selectors
 from dashboard.exports.formats import (
     IMAGE_TYPES,
@@ -94,7 +94,8 @@ def pipeline_lag_chart(request, pipeline_id: int):
     body = chart_cache.get(cached)
     if body is None:
         def figure() -> bytes:
-            return _figure(pipeline=pipeline, chart_params=chart_params, tz=tz).to_json().encode()
+            chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz)
+            return charts.chart_figure_json(table=chart.table, markers=chart.markers, title=chart.title, tz=tz)
 
         if (r.until - r.since).total_seconds() <= heavy.CHART_SPAN_S:
             body = figure()
@@ -151,7 +152,8 @@ def pipeline_chart_image(request, pipeline_id: int, fmt: str):
 @role_required(VIEWER)
 @bad_params_answered(page=False)
 def pipeline_chart_data(request, pipeline_id: int, fmt: str):
-    """The chart's series as CSV (streamed) or JSON, at full resolution unless max_points asks."""
+    """The chart's series as CSV (streamed) or JSON, at full resolution (every stored sample, not
+    the roll-ups the page's chart draws) unless max_points asks."""
     pipeline, chart_params, tz = _chart_request(request, pipeline_id)
     max_points = params.parse_int(request.GET, "max_points", default=None, low=4, high=10_000_000)
     r = chart_params.range
@@ -177,7 +179,7 @@ def pipeline_chart_data(request, pipeline_id: int, fmt: str):
         return heavy.busy_response(request, exc)
     if fmt == "json":
         def document() -> JsonResponse:
-            chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz)
+            chart = charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz, resolution=SAMPLES)
             table = charts.table_downsample(chart.table, max_points) if max_points else chart.table
             return JsonResponse(chart_json(pipeline=pipeline, table=table, markers=chart.markers,
                                                    time_range=r, tz=tz, title=chart.title, downsampled_to=max_points))
@@ -187,7 +189,7 @@ def pipeline_chart_data(request, pipeline_id: int, fmt: str):
         chart_cache.put(cached, response.content)
         return _attachment(response, name)
     try:
-        chart = heavy.at_low_priority(lambda: charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz))
+        chart = heavy.at_low_priority(lambda: charts.pipeline_chart(pipeline=pipeline, params=chart_params, tz=tz, resolution=SAMPLES))
         table = charts.table_downsample(chart.table, max_points) if max_points else chart.table
         header, data = chart_table_rows(table, tz)
         preamble = export_preamble(pipeline=pipeline, what=chart.title, time_range=r, tz=tz,

@@ -29,17 +29,14 @@ def minmax_buckets(points: Sequence[Point], max_points: int) -> list[Point]:
     buckets = (max_points - 2) // 2
     inner = n - 2  # the first and the last point are kept as they are
     out = [points[0]]
+    ys = [p[1] for p in points]
     for b in range(buckets):
         start = 1 + b * inner // buckets
         end = 1 + (b + 1) * inner // buckets
-        lo = hi = start
-        lo_y = hi_y = points[start][1]
-        for i in range(start + 1, end):
-            y = points[i][1]
-            if y < lo_y:
-                lo, lo_y = i, y
-            elif y > hi_y:
-                hi, hi_y = i, y
+        # The first lowest and the first highest of the bucket, found by min/max in C (a chart
+        # of 64 series reduces ~100,000 values per request).
+        segment = ys[start:end]
+        lo, hi = start + segment.index(min(segment)), start + segment.index(max(segment))
         if lo == hi:
             out.append(points[lo])
         else:

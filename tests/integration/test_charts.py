@@ -176,3 +176,25 @@ def test_30_days_of_64_partitions_stays_under_the_point_and_payload_caps(client,
             assert max(lines[0]["y"]) > SPIKE
         else:
             assert max(lines[0]["y"]) > 60 * 60  # 5,000,000 messages at 1,000 a minute: days behind
+
+
+@pytest.mark.django_db
+def test_the_pages_figure_json_is_plotlys_own_json_of_the_figure():
+    """The page's chart JSON is built from plain dicts (no plotly objects: they cost more than the
+    roll-ups' read); it must be what plotly itself writes for the same figure, markers, notes and
+    template included."""
+    p = pipeline_row("figjson", group="<i>billing</i>")
+    samples_bulk(p, start=T0, step_s=60, count=300, highs=lambda i: [100 * i, 7 * i], committed=lambda i: [50 * i, 0])
+    Incident.objects.create(pipeline=p, opened_at=T0 + timedelta(minutes=5), worst_status=int(Status.STALLED),
+                            reasons=["<b>stuck</b>"])
+    for kind, unit, since in (("partitions", "seconds", T0), ("total", "messages", T0 - timedelta(days=3))):
+        chart = charts.pipeline_chart(pipeline=p, params=ChartParams(kind, unit, TimeRange(
+            since, T0 + timedelta(hours=5), None)), tz=ZoneInfo("Europe/Paris"))
+        args = {"table": chart.table, "markers": chart.markers, "title": chart.title, "tz": ZoneInfo("Europe/Paris")}
+        assert json.loads(charts.chart_figure_json(**args)) == json.loads(charts.chart_figure(**args).to_json())
+    empty = charts.pipeline_chart(pipeline=p, params=ChartParams("total", "messages", TimeRange(
+        T0 - timedelta(days=9), T0 - timedelta(days=8), None)), tz=UTC)
+    args = {"table": empty.table, "markers": [], "title": empty.title, "tz": UTC}
+    fast = json.loads(charts.chart_figure_json(**args))
+    assert fast == json.loads(charts.chart_figure(**args).to_json())
+    assert fast["layout"]["annotations"][0]["text"] == "no lag samples in this range yet"

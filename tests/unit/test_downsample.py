@@ -77,3 +77,30 @@ def test_any_series_fits_its_budget_under_lttb(ys, budget):
     if points:
         assert out[0] == points[0] and out[-1] == points[-1]
     assert [x for x, _ in out] == sorted(x for x, _ in out)
+
+
+def _minmax_reference(points, max_points):
+    """minmax_buckets as first written (one loop per bucket): the first lowest, the first highest."""
+    n = len(points)
+    if n <= max_points:
+        return list(points)
+    buckets, inner, out = (max_points - 2) // 2, n - 2, [points[0]]
+    for b in range(buckets):
+        start, end = 1 + b * inner // buckets, 1 + (b + 1) * inner // buckets
+        lo = hi = start
+        lo_y = hi_y = points[start][1]
+        for i in range(start + 1, end):
+            y = points[i][1]
+            if y < lo_y:
+                lo, lo_y = i, y
+            elif y > hi_y:
+                hi, hi_y = i, y
+        out += [points[lo]] if lo == hi else [points[min(lo, hi)], points[max(lo, hi)]]
+    out.append(points[-1])
+    return out
+
+
+@given(st.lists(st.integers(-5, 5), max_size=400), st.integers(4, 60))
+def test_minmax_buckets_keeps_the_first_lowest_and_highest_of_each_bucket(ys, max_points):
+    points = list(enumerate(ys))
+    assert minmax_buckets(points, max_points) == _minmax_reference(points, max_points)
