@@ -65,9 +65,12 @@ def cycle_rows(rng, data, at, cluster, pipelines, highs, rates, ids):
     return wm, lag
 
 
-def table_bytes(cur, table: str) -> int:
-    cur.execute("SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree(%s::regclass)", [table])
-    return int(cur.fetchone()[0])
+def table_bytes(cur, table: str) -> tuple[int, int]:
+    """(heap + TOAST, indexes) of every partition."""
+    cur.execute("SELECT coalesce(sum(pg_table_size(relid)), 0), coalesce(sum(pg_indexes_size(relid)), 0) "
+                "FROM pg_partition_tree(%s::regclass)", [table])
+    heap, index = cur.fetchone()
+    return int(heap), int(index)
 
 
 def history(args, data: str) -> None:
@@ -106,14 +109,16 @@ def history(args, data: str) -> None:
     with connection.cursor() as cur:
         for t in tables:
             cur.execute(f"VACUUM ANALYZE {t}")
-        sizes = {t: table_bytes(cur, t) for t in tables}
+        parts = {t: table_bytes(cur, t) for t in tables}
+        sizes = {t: sum(parts[t]) for t in tables}
     rows = cycles * args.pipelines
     wm_values, lag_values = rows * args.partitions * 2, rows * args.partitions
     total = sum(sizes.values())
     print(f"[{data}] {args.pipelines} pipelines x {args.partitions} partitions, {cycles} cycles of 10 s "
           f"({args.minutes} min): {2 * rows:,} rows written in {write_s:.1f} s (pack + COPY)")
     print(f"[{data}] bytes per offset value: watermarks {sizes[tables[0]] / wm_values:.2f}, "
-          f"lag {sizes[tables[1]] / lag_values:.2f}, both {total / (wm_values + lag_values):.2f} (heap + indexes + TOAST)")
+          f"lag {sizes[tables[1]] / lag_values:.2f}, both {total / (wm_values + lag_values):.2f} (heap + indexes + TOAST; "
+          f"of which indexes {parts[tables[0]][1] / wm_values:.2f} and {parts[tables[1]][1] / lag_values:.2f})")
     per_key_row = total / rows
     print(f"[{data}] with the retention policy ({KEPT_ROWS:,} rows per key): "
           f"{per_key_row * KEPT_ROWS * 10_000 / args.partitions / 1e9:.2f} GB per 10,000 partitions; "
@@ -133,13 +138,13 @@ def history(args, data: str) -> None:
                 times.append((time.perf_counter() - t) * 1000)
         print(f"[{data}] query {label}: median {statistics.median(times):.1f} ms (5 runs), {len(q)} queries, "
               f"{len(result)} rows")
-    prune(connection, tables, sample_partitions, history_prune, now, data)
+    prune(connection, tables, sample_partitions, history_prune, now, data, args.partitions)
     connection.close()
     subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c",
                     f"DROP DATABASE IF EXISTS {DB + data} WITH (FORCE)"], check=True)
 
 
-def prune(connection, tables, sample_partitions, history_prune, now, data) -> None:
+def prune(connection, tables, sample_partitions, history_prune, now, data, args_partitions) -> None:
     """The written history copied to days 3, 10 and 40 back, then one prune."""
     shifts = (3, 10, 40)
     days = {sample_partitions.day_of(now - timedelta(days=d, hours=h)) for d in shifts for h in (0, 2)}
@@ -160,6 +165,27 @@ def prune(connection, tables, sample_partitions, history_prune, now, data) -> No
     elapsed = time.perf_counter() - t
     done = {k: v for k, v in counts.items() if "Sample" in k and v}
     print(f"[{data}] prune: {elapsed:.2f} s for {done}")
+    # Bytes per value by resolution: the thinned days are rebuilt copies (their index built
+    # sorted, fuller than the raw day's, which grows by page splits).
+    values_per_row = {"dashboard_watermarksample": 2 * args_partitions, "dashboard_lagsample": args_partitions}
+    by_level: dict[str, list[int]] = {}
+    with connection.cursor() as cur:
+        for t in tables:
+            cur.execute(f"VACUUM ANALYZE {t}")
+            for name, day, level in sample_partitions.partitions_list(t):
+                cur.execute(f'SELECT count(*), pg_total_relation_size(%s::regclass) FROM "{name}"', [name])
+                rows, size = cur.fetchone()
+                if rows:
+                    acc = by_level.setdefault(level, [0, 0])
+                    acc[0] += rows * values_per_row[t]
+                    acc[1] += size
+    bpv = {level: size / values for level, (values, size) in by_level.items()}
+    shape = {"raw": 8640, "minute": 6 * 1440, "hour": 23 * 24}  # rows per key, as the policy keeps them
+    steady = sum(bpv[k] * n for k, n in shape.items()) / sum(shape.values())
+    late = (bpv["raw"] * 2 * 8640 + bpv["minute"] * 5 * 1440 + bpv["hour"] * 552) / (2 * 8640 + 5 * 1440 + 552)
+    print(f"[{data}] bytes per value by resolution: " + ", ".join(f"{k} {v:.2f}" for k, v in bpv.items())
+          + f"; with the retention policy's shape (8,640 raw, 8,640 per-minute, 552 hourly rows per key) "
+          f"{steady:.2f}, with a second raw day (a day is thinned once all of it is past a day) {late:.2f}")
 
 
 def write_cost(args) -> None:

@@ -6,13 +6,13 @@ BinaryField keeps it portable (PostgreSQL bytea, SQLite blob).
 
 Two formats, told apart by their length (so rows written before #16 read as they are):
 - raw: little-endian int64s, 8 bytes a value; its length is a multiple of 8.
-- frame of reference: a header byte, the smallest value as a little-endian int64 base, then each
-  value's difference from the base as an unsigned little-endian number of 1 to 7 bytes, the
-  fewest that hold the largest (or none at all when every value is the same, then a uint32
-  count). A topic's offsets are close together (its
-  partitions are balanced, committed offsets trail the high watermark), so a difference fits in
-  2 or 4 bytes where the value needs 8. Its length is never a multiple of 8: a pad byte is
-  added when it would be (the header says so).
+- frame of reference: a header byte, the smallest value as the base (little-endian, signed, in
+  the fewest bytes that hold it), then each value's difference from the base, unsigned
+  little-endian in the fewest bytes (1 to 7) that hold the largest; or, when every value is the
+  same, their count (uint32). A topic's offsets are close together (its partitions are
+  balanced, committed offsets trail the high watermark), so a difference fits in 3 or 4 bytes
+  where the value takes 8: 20 offsets near 10^9 within 3 % take 86 bytes where raw takes 160.
+  Its length is never a multiple of 8: a pad byte is added when it would be (the header says so).
 `pack` writes whichever is shorter (raw for one or two values, or when the values span more
 than 7 bytes can hold).
 """
@@ -24,13 +24,10 @@ from sys import byteorder
 
 NONE = -1  # offsets are never negative: -1 stands for "no value" (e.g. partition missing in store)
 
-_TAG = 0xA0  # the header's top 3 bits, checked when reading
-_MISSING = 0x08  # some values are missing: the width's largest number stands for them
-_PADDED = 0x10  # one pad byte at the end
-_WIDTH_MASK = 0x07
-_BASE = struct.Struct("<q")
+# The header byte: bits 0-2 the bytes per value, bits 3-5 the base's bytes less one, then:
+_MISSING = 0x40  # some values are missing: the width's largest number stands for them
+_PADDED = 0x80  # one pad byte at the end
 _COUNT = struct.Struct("<I")
-_HEAD = 1 + _BASE.size
 
 
 def _code_of(size: int) -> str:
@@ -38,11 +35,12 @@ def _code_of(size: int) -> str:
 
 
 # The width code is the bytes per value, 1 to 7 (0: every value is the base; 8 would never be
-# shorter than raw). Widths 3, 5, 6 and 7 are stored in their bytes and widened to the array
-# type's 4 or 8 with strided slice copies, which run in C.
+# shorter than raw). Widths 1, 2 and 4 are arrays; 3, 5 and 6 are read by struct as a low and a
+# high part; 7 (rare: a span past 2^48) is widened to 8 bytes by strided slice copies.
 _ARRAY = {1: _code_of(1), 2: _code_of(2), 3: _code_of(4), 4: _code_of(4), 5: _code_of(8), 6: _code_of(8),
           7: _code_of(8)}
 _SWAP = byteorder != "little"
+_SPLIT = {3: ("<HB", 16), 5: ("<IB", 32), 6: ("<IH", 32)}  # width -> (struct format, the high part's shift)
 
 
 def _restride(data: bytes, width: int, to: int) -> bytes:
@@ -68,8 +66,8 @@ def _pack_compact(values: list[int | None]) -> bytes | None:
     span = max(present) - base if present else 0
     if not present or (span == 0 and not missing):
         # every value the same (or every value missing): the base and the count say it all
-        head = _TAG | (_MISSING if missing else 0)
-        return bytes([head]) + _BASE.pack(base) + _COUNT.pack(len(values))
+        head, base_bytes = _head(0, base, missing)
+        return _padded(head, base_bytes + _COUNT.pack(len(values)))
     size = max(1, ((span + missing).bit_length() + 7) // 8)  # the sentinel stays free when values are missing
     if size > 7:
         return None
@@ -81,9 +79,19 @@ def _pack_compact(values: list[int | None]) -> bytes | None:
         arr = array(code, [v - base for v in values])
     if _SWAP:
         arr.byteswap()
-    head = _TAG | size | (_MISSING if missing else 0)
+    head, base_bytes = _head(size, base, missing)
     packed = arr.tobytes() if arr.itemsize == size else _restride(arr.tobytes(), arr.itemsize, size)
-    body = _BASE.pack(base) + packed
+    return _padded(head, base_bytes + packed)
+
+
+def _head(size: int, base: int, missing: bool) -> tuple[int, bytes]:
+    """The header byte and the base in the fewest bytes that hold it (signed)."""
+    length = ((base if base >= 0 else ~base).bit_length() + 8) // 8
+    return size | (length - 1) << 3 | (_MISSING if missing else 0), base.to_bytes(length, "little", signed=True)
+
+
+def _padded(head: int, body: bytes) -> bytes:
+    """Never a multiple of 8 bytes long: that is the raw format's length."""
     if (1 + len(body)) % 8 == 0:
         return bytes([head | _PADDED]) + body + b"\0"
     return bytes([head]) + body
@@ -111,21 +119,30 @@ def unpack(data: bytes | memoryview | None) -> list[int | None]:
         # `in` scans in C: most rows have no missing value and need no per-value test
         return [None if v == NONE else v for v in arr.tolist()] if NONE in arr else arr.tolist()
     head = data[0]
-    if head & 0xE0 != _TAG:
-        raise ValueError(f"not a packed array (header {head:#x})")
-    (base,) = _BASE.unpack_from(data, 1)
-    wcode = head & _WIDTH_MASK
-    missing = head & _MISSING
-    if wcode == 0:
-        (count,) = _COUNT.unpack_from(data, _HEAD)
-        return [None] * count if missing else [base] * count
-    size, code = wcode, _ARRAY[wcode]
+    size, start = head & 7, 2 + (head >> 3 & 7)
+    base = int.from_bytes(data[1:start], "little", signed=True)
     end = len(data) - (1 if head & _PADDED else 0)
-    arr = array(code)
+    missing = head & _MISSING
+    if size == 0:
+        if end - start != _COUNT.size:
+            raise ValueError("not a packed array (its length does not match its header)")
+        (count,) = _COUNT.unpack_from(data, start)
+        return [None] * count if missing else [base] * count
+    if end < start or (end - start) % size:
+        raise ValueError("not a packed array (its length does not match its header)")
+    if size in _SPLIT:  # 3, 5 or 6 bytes: read as two numbers, low then high, in one C loop
+        fmt, shift = _SPLIT[size]
+        body = data[start:end]
+        if missing:
+            sentinel = (1 << (8 * size)) - 1
+            return [None if d == sentinel else base + d
+                    for d in [lo | hi << shift for lo, hi in struct.iter_unpack(fmt, body)]]
+        return [base + lo + (hi << shift) for lo, hi in struct.iter_unpack(fmt, body)]
+    arr = array(_ARRAY[size])
     if arr.itemsize == size:
-        arr.frombytes(data[_HEAD:end])
+        arr.frombytes(data[start:end])
     else:
-        arr.frombytes(_restride(bytes(data[_HEAD:end]), size, arr.itemsize))
+        arr.frombytes(_restride(bytes(data[start:end]), size, arr.itemsize))
     if _SWAP:
         arr.byteswap()
     if missing:

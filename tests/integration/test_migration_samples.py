@@ -1,5 +1,6 @@
 """Migration 0021: sample rows written in the old shape (surrogate id, one table, raw int64
-arrays) are all there after it, in their day partitions, and read through the app."""
+arrays) are all there after it, in their day partitions, and read through the app. (Run with a
+sqlite:/// DATABASE_URL it checks the demo's plain tables.)"""
 from __future__ import annotations
 
 from array import array
@@ -54,6 +55,8 @@ def test_old_rows_survive_and_read_back():
     assert marks == [{0: (0, 100 + i), 1: (0, 2**63 - 1)} for i in range(4)]
     lag_series = pipeline_lag_series(pipeline=samples[0].pipeline, since=AT - timedelta(hours=1))
     assert len(lag_series) == 4
+    if connection.vendor != "postgresql":
+        return  # the demo's SQLite: plain tables
     with connection.cursor() as cur:
         cur.execute("SELECT DISTINCT tableoid::regclass::text FROM dashboard_lagsample ORDER BY 1")
         assert [r[0] for r in cur.fetchall()] == ["dashboard_lagsample_p20261120", "dashboard_lagsample_p20261121"]

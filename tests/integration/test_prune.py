@@ -70,6 +70,8 @@ def test_prune_command_reports_what_it_deleted(pipeline, capsys, settings):
 
 # --- PostgreSQL: the sample tables are partitioned by day (dashboard.monitoring.sample_partitions)
 
+partitioned = pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite's tables are not partitioned")
+
 def partition_of(model, **key) -> set[str]:
     with connection.cursor() as cur:
         where = " AND ".join(f"{k} = %s" for k in key)
@@ -97,6 +99,7 @@ def kept_samples():
             list(WatermarkSample.objects.order_by("sampled_at").values_list("sampled_at", "highs")))
 
 
+@partitioned
 def test_partitioned_prune_keeps_what_the_row_deletes_kept(pipeline):
     """The same samples, thinned once by the old row DELETEs and once by swapping day partitions:
     the same rows are left. Days: 2 and 3 days old (per minute), 10 and 11 (hourly), 40 (expired)."""
@@ -134,6 +137,7 @@ def test_partitioned_prune_keeps_what_the_row_deletes_kept(pipeline):
     assert kept_samples() == expected
 
 
+@partitioned
 def test_a_write_at_a_day_boundary_finds_its_partition(pipeline):
     midnight = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=5)
     cluster = pipeline.store.cluster
@@ -148,6 +152,7 @@ def test_a_write_at_a_day_boundary_finds_its_partition(pipeline):
     assert [s.watermarks() for s in WatermarkSample.objects.order_by("sampled_at")] == [{0: (5, 10)}] * 2
 
 
+@partitioned
 def test_prune_creates_the_next_days_partitions(pipeline):
     tomorrow = (NOW + timedelta(days=1)).date()
     history_prune(now=NOW)
@@ -155,6 +160,7 @@ def test_prune_creates_the_next_days_partitions(pipeline):
     assert f"dashboard_watermarksample_p{tomorrow:%Y%m%d}" in names
 
 
+@partitioned
 @pytest.mark.django_db(transaction=True)
 def test_a_reader_sees_every_sample_once_during_the_swap(pipeline):
     old_day = (NOW - timedelta(days=3)).replace(hour=0, minute=0)
