@@ -138,16 +138,17 @@ def history(args, data: str) -> None:
                 times.append((time.perf_counter() - t) * 1000)
         print(f"[{data}] query {label}: median {statistics.median(times):.1f} ms (5 runs), {len(q)} queries, "
               f"{len(result)} rows")
-    prune(connection, tables, sample_partitions, history_prune, now, data, args.partitions)
+    prune(connection, tables, sample_partitions, history_prune, now, start, data, args.partitions)
     connection.close()
     subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-c",
                     f"DROP DATABASE IF EXISTS {DB + data} WITH (FORCE)"], check=True)
 
 
-def prune(connection, tables, sample_partitions, history_prune, now, data, args_partitions) -> None:
+def prune(connection, tables, sample_partitions, history_prune, now, since, data, args_partitions) -> None:
     """The written history copied to days 3, 10 and 40 back, then one prune."""
     shifts = (3, 10, 40)
-    days = {sample_partitions.day_of(now - timedelta(days=d, hours=h)) for d in shifts for h in (0, 2)}
+    span_h = int((now - since).total_seconds() // 3600) + 1
+    days = {sample_partitions.day_of(now - timedelta(days=d, hours=h)) for d in shifts for h in range(span_h + 1)}
     sample_partitions.partitions_ensure(days)
     with connection.cursor() as cur:
         for t in tables:
@@ -157,8 +158,8 @@ def prune(connection, tables, sample_partitions, history_prune, now, data, args_
             for d in shifts:
                 select = cols.replace('"sampled_at"', f"sampled_at - interval '{d} days'").replace(
                     "sampled_at,", f"sampled_at - interval '{d} days',")
-                cur.execute(f"INSERT INTO {t} ({cols}) SELECT {select} FROM {t} WHERE sampled_at > %s",
-                            [now - timedelta(days=1)])
+                cur.execute(f"INSERT INTO {t} ({cols}) SELECT {select} FROM {t} WHERE sampled_at >= %s",
+                            [since])
             cur.execute(f"VACUUM ANALYZE {t}")
     t = time.perf_counter()
     counts = history_prune(now=now)

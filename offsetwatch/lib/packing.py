@@ -60,10 +60,14 @@ def _pack_raw(values: list[int | None]) -> bytes:
 
 
 def _pack_compact(values: list[int | None]) -> bytes | None:
+    """The frame-of-reference format, or None when it cannot be shorter than raw."""
     missing = None in values or NONE in values
     present = [v for v in values if v is not None and v != NONE] if missing else values
     base = min(present) if present else 0
-    span = max(present) - base if present else 0
+    top = max(present) if present else 0
+    if base < -(1 << 63) or top >= 1 << 63:
+        raise OverflowError("a packed value must fit in a signed 64-bit integer")
+    span = top - base
     if not present or (span == 0 and not missing):
         # every value the same (or every value missing): the base and the count say it all
         head, base_bytes = _head(0, base, missing)
@@ -71,9 +75,9 @@ def _pack_compact(values: list[int | None]) -> bytes | None:
     size = max(1, ((span + missing).bit_length() + 7) // 8)  # the sentinel stays free when values are missing
     if size > 7:
         return None
-    sentinel = (1 << (8 * size)) - 1
     code = _ARRAY[size]
     if missing:
+        sentinel = (1 << (8 * size)) - 1
         arr = array(code, [sentinel if v is None or v == NONE else v - base for v in values])
     else:
         arr = array(code, [v - base for v in values])
@@ -101,11 +105,12 @@ def pack(values: list[int | None]) -> bytes:
     """Signed 64-bit values (None or -1: no value) packed in the shorter format."""
     if not values:
         return b""
-    raw = _pack_raw(values)  # also the range check: raises OverflowError past int64
-    if len(values) < 3:
-        return raw
-    compact = _pack_compact(values)
-    return compact if compact is not None and len(compact) < len(raw) else raw
+    compact = _pack_compact(values) if len(values) > 2 else None  # raises OverflowError past int64
+    # Compact is 1 + (1 to 8) + n x (1 to 7) bytes: shorter than raw's 8 x n unless the base
+    # and the widths are near their largest.
+    if compact is not None and len(compact) < 8 * len(values):
+        return compact
+    return _pack_raw(values)
 
 
 def unpack(data: bytes | memoryview | None) -> list[int | None]:
