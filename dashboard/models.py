@@ -170,15 +170,16 @@ class WatermarkSample(models.Model):
     """A topic's low/high watermarks at one collection cycle: one row for all its partitions,
     numbers packed as int64 arrays (offsetwatch.lib.packing) to keep history cheap."""
 
+    # No surrogate id: the key is also the only index the readers need (a topic's history in time
+    # order). On PostgreSQL the table is partitioned by day on sampled_at (migration 0021,
+    # dashboard.monitoring.sample_partitions).
+    pk = models.CompositePrimaryKey("cluster", "topic", "sampled_at")
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="watermark_samples")
     topic = models.CharField(max_length=255)
     sampled_at = models.DateTimeField()
     partitions = PackedIntsField()  # empty when the partitions are 0..n-1
     lows = PackedIntsField()
     highs = PackedIntsField()
-
-    class Meta:
-        indexes = [models.Index(fields=["cluster", "topic", "-sampled_at"], name="wm_cluster_topic_time")]
 
     def watermarks(self) -> dict[int, tuple[int, int]]:
         return unpack_watermarks(self.partitions, self.lows, self.highs)
@@ -188,6 +189,7 @@ class LagSample(models.Model):
     """A pipeline at one collection cycle: its committed offsets (packed) and total lag; the
     watermarks of the same cycle are in the WatermarkSample with the same `sampled_at`."""
 
+    pk = models.CompositePrimaryKey("pipeline", "sampled_at")  # as WatermarkSample's: the read index
     pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="lag_samples")
     sampled_at = models.DateTimeField()
     total_lag = models.BigIntegerField()
@@ -195,9 +197,6 @@ class LagSample(models.Model):
     committed = PackedIntsField()
     # The newest batch the store held at this sample: the status rules need its age over time.
     last_batch_ms = models.BigIntegerField(null=True)
-
-    class Meta:
-        indexes = [models.Index(fields=["pipeline", "-sampled_at"], name="lag_pipeline_time")]
 
     def committed_offsets(self) -> dict[int, int]:
         return {p: c for p, c in unpack_map(self.partitions, self.committed).items() if c is not None}

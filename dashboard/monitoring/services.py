@@ -24,7 +24,7 @@ from dashboard.models import (
     StoreProblem,
     WatermarkSample,
 )
-from dashboard.monitoring import partition_writes, storable
+from dashboard.monitoring import partition_writes, sample_partitions, storable
 from dashboard.monitoring.evaluation import pipelines_evaluate
 from dashboard.monitoring.selectors import Committed, committed_offsets, newest_batches
 from offsetwatch.lib.packing import pack, pack_map, pack_partitions
@@ -267,6 +267,8 @@ def watermarks_record(
     `committed`: each pipeline's newest offsets when the caller already read them
     (cluster_committed), else read here.
     A constant number of queries whatever the number of pipelines."""
+    # A write never waits for the prune to have created its day (nor lands in the default partition).
+    sample_partitions.partitions_ensure({sample_partitions.day_of(sampled_at)})
     rows = []
     for topic, parts in result.by_topic.items():
         ids = sorted(parts)

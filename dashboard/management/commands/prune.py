@@ -12,4 +12,4 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         for what, n in history_prune(now=timezone.now()).items():
-            self.stdout.write(f"{what}: {n} rows deleted")
+            self.stdout.write(f"{what}: {n}" if "partitions" in what else f"{what}: {n} rows deleted")

@@ -1,0 +1,130 @@
+"""The sample tables without their surrogate id (the key (pipeline, sampled_at) or (cluster,
+topic, sampled_at) is the primary key and the read index) and, on PostgreSQL, range-partitioned
+by UTC day on sampled_at (dashboard.monitoring.sample_partitions) so the prune drops and swaps
+partitions instead of deleting rows.
+
+Existing rows are copied as they are (their packed arrays stay in the raw int64 format, which
+offsetwatch.lib.packing still reads). Two rows with the same key (never written by the
+collectors: one sample per key per cycle) would keep one. On SQLite the tables are rebuilt
+unpartitioned. Django cannot migrate to a composite primary key itself, hence the SQL.
+"""
+from django.db import migrations, models
+
+# table -> (columns with their PostgreSQL and SQLite types, key columns, foreign key, the index
+# before 0021). The 8-byte columns come first, the variable-length ones last: PostgreSQL aligns
+# an 8-byte column after a variable-length one, up to 7 bytes of padding per row.
+TABLES = {
+    "dashboard_watermarksample": (
+        [("cluster_id", "bigint NOT NULL", "bigint NOT NULL"),
+         ("sampled_at", "timestamp with time zone NOT NULL", "datetime NOT NULL"),
+         ("topic", "varchar(255) NOT NULL", "varchar(255) NOT NULL"),
+         ("partitions", "bytea NOT NULL", "BLOB NOT NULL"), ("lows", "bytea NOT NULL", "BLOB NOT NULL"),
+         ("highs", "bytea NOT NULL", "BLOB NOT NULL")],
+        ["cluster_id", "topic", "sampled_at"], ("cluster_id", "dashboard_cluster"),
+        ("wm_cluster_topic_time", '"cluster_id", "topic", "sampled_at" DESC'),
+    ),
+    "dashboard_lagsample": (
+        [("pipeline_id", "bigint NOT NULL", "bigint NOT NULL"),
+         ("sampled_at", "timestamp with time zone NOT NULL", "datetime NOT NULL"),
+         ("total_lag", "bigint NOT NULL", "bigint NOT NULL"), ("last_batch_ms", "bigint NULL", "bigint NULL"),
+         ("partitions", "bytea NOT NULL", "BLOB NOT NULL"), ("committed", "bytea NOT NULL", "BLOB NOT NULL")],
+        ["pipeline_id", "sampled_at"], ("pipeline_id", "dashboard_pipeline"),
+        ("lag_pipeline_time", '"pipeline_id", "sampled_at" DESC'),
+    ),
+}
+
+
+def _q(names):
+    return ", ".join(f'"{n}"' for n in names)
+
+
+def _partitioned(cur, table, columns, key, fk):
+    cols = ", ".join(f'"{n}" {pg}' for n, pg, _ in columns)
+    cur.execute(f'CREATE TABLE "{table}" ({cols}, CONSTRAINT "{table}_key" PRIMARY KEY ({_q(key)}), '
+                f'CONSTRAINT "{table}_{fk[0]}_fk" FOREIGN KEY ("{fk[0]}") REFERENCES "{fk[1]}" ("id") '
+                "DEFERRABLE INITIALLY DEFERRED) PARTITION BY RANGE (sampled_at)")
+    cur.execute(f'CREATE TABLE "{table}_default" PARTITION OF "{table}" DEFAULT')
+
+
+def _day_partitions(cur, table, source):
+    """A partition for each UTC day the rows have, and today's and tomorrow's."""
+    cur.execute(
+        f"SELECT d FROM (SELECT DISTINCT date_trunc('day', sampled_at AT TIME ZONE 'UTC') AS d FROM \"{source}\" "
+        "UNION SELECT date_trunc('day', now() AT TIME ZONE 'UTC') + n * interval '1 day' FROM generate_series(0, 1) n) s")
+    for (day,) in cur.fetchall():
+        cur.execute(f'CREATE TABLE "{table}_p{day:%Y%m%d}" PARTITION OF "{table}" '
+                    "FOR VALUES FROM (%s::timestamp AT TIME ZONE 'UTC') TO ((%s::timestamp + interval '1 day') AT TIME ZONE 'UTC')",
+                    [day, day])
+
+
+def forwards(apps, schema_editor):
+    pg = schema_editor.connection.vendor == "postgresql"
+    with schema_editor.connection.cursor() as cur:
+        for table, (columns, key, fk, _index) in TABLES.items():
+            old = f"{table}_old"
+            names = _q(n for n, _, _ in columns)
+            cur.execute(f'ALTER TABLE "{table}" RENAME TO "{old}"')
+            if pg:
+                _partitioned(cur, table, columns, key, fk)
+                _day_partitions(cur, table, old)
+                cur.execute(f'INSERT INTO "{table}" ({names}) SELECT {names} FROM "{old}" ORDER BY "id" '
+                            "ON CONFLICT DO NOTHING")
+                cur.execute(f'DROP TABLE "{old}"')
+            else:
+                cols = ", ".join(f'"{n}" {lite}' for n, _, lite in columns)
+                cur.execute(f'CREATE TABLE "{table}" ({cols}, PRIMARY KEY ({_q(key)}), FOREIGN KEY ("{fk[0]}") '
+                            f'REFERENCES "{fk[1]}" ("id") DEFERRABLE INITIALLY DEFERRED)')
+                cur.execute(f'INSERT OR IGNORE INTO "{table}" ({names}) SELECT {names} FROM "{old}" ORDER BY "id"')
+                cur.execute(f'DROP TABLE "{old}"')
+
+
+def backwards(apps, schema_editor):
+    pg = schema_editor.connection.vendor == "postgresql"
+    with schema_editor.connection.cursor() as cur:
+        for table, (columns, _key, fk, (index, index_cols)) in TABLES.items():
+            new = f"{table}_unpartitioned"
+            names = _q(n for n, _, _ in columns)
+            if pg:
+                cols = ", ".join(f'"{n}" {t}' for n, t, _ in columns)
+                cur.execute(f'CREATE TABLE "{new}" ("id" bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY, {cols}, '
+                            f'FOREIGN KEY ("{fk[0]}") REFERENCES "{fk[1]}" ("id") DEFERRABLE INITIALLY DEFERRED)')
+            else:
+                cols = ", ".join(f'"{n}" {t}' for n, _, t in columns)
+                cur.execute(f'CREATE TABLE "{new}" ("id" integer NOT NULL PRIMARY KEY AUTOINCREMENT, {cols}, '
+                            f'FOREIGN KEY ("{fk[0]}") REFERENCES "{fk[1]}" ("id") DEFERRABLE INITIALLY DEFERRED)')
+            cur.execute(f'INSERT INTO "{new}" ({names}) SELECT {names} FROM "{table}" ORDER BY sampled_at')
+            cur.execute(f'DROP TABLE "{table}"')  # on PostgreSQL its partitions with it
+            cur.execute(f'ALTER TABLE "{new}" RENAME TO "{table}"')
+            cur.execute(f'CREATE INDEX "{index}" ON "{table}" ({index_cols})')
+            cur.execute(f'CREATE INDEX "{table}_{fk[0]}_idx" ON "{table}" ("{fk[0]}")')
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('dashboard', '0021_chart_rollups'),
+    ]
+
+    operations = [
+        migrations.SeparateDatabaseAndState(
+            database_operations=[migrations.RunPython(forwards, backwards)],
+            state_operations=[
+                migrations.RemoveIndex(model_name='lagsample', name='lag_pipeline_time'),
+                migrations.RemoveIndex(model_name='watermarksample', name='wm_cluster_topic_time'),
+                migrations.RemoveField(model_name='lagsample', name='id'),
+                migrations.RemoveField(model_name='watermarksample', name='id'),
+                migrations.AddField(
+                    model_name='lagsample',
+                    name='pk',
+                    field=models.CompositePrimaryKey('pipeline', 'sampled_at', blank=True, editable=False,
+                                                     primary_key=True, serialize=False),
+                ),
+                migrations.AddField(
+                    model_name='watermarksample',
+                    name='pk',
+                    field=models.CompositePrimaryKey('cluster', 'topic', 'sampled_at', blank=True, editable=False,
+                                                     primary_key=True, serialize=False),
+                ),
+            ],
+        ),
+    ]
