@@ -4,7 +4,6 @@ opens or resolves incidents (per pipeline and per partition)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from operator import itemgetter
 from typing import NamedTuple
@@ -54,12 +53,18 @@ def pipelines_evaluate(
     # Plain tuples, not model instances: thousands of rows per cycle, and model __init__ is the
     # larger part of their cost.
     recent: dict[int, list[WindowSample]] = {}
+    epoch: dict[datetime, float] = {}  # every pipeline's samples share the cycles' few times
     for pk, at, ids, values, last_ms, lag in (
         LagSample.objects.filter(pipeline__in=pipelines, sampled_at__gte=window_since).order_by("sampled_at")
         .values_list("pipeline_id", "sampled_at", "partitions", "committed", "last_batch_ms", "total_lag")
     ):
-        offsets = {p: c for p, c in unpack_map(ids, values).items() if c is not None}
-        recent.setdefault(pk, []).append(WindowSample(at, offsets, last_ms, lag))
+        offsets = unpack_map(ids, values)
+        if None in offsets.values():
+            offsets = {p: c for p, c in offsets.items() if c is not None}
+        at_s = epoch.get(at)
+        if at_s is None:
+            at_s = epoch[at] = at.timestamp()
+        recent.setdefault(pk, []).append(WindowSample(at, at_s, offsets, last_ms, lag))
     marks_at: dict[str, dict[datetime, dict[int, tuple[int, int]]]] = {}
     for topic, at, ids, lows, highs in WatermarkSample.objects.filter(
         cluster=cluster, topic__in=topics, sampled_at__gte=window_since
@@ -108,7 +113,7 @@ def pipelines_evaluate(
             history = dict(marks_at.get(pipeline.topic, {}))
             if pipeline.topic in oldest:
                 history.setdefault(*oldest[pipeline.topic])
-            series = series_of[pipeline.topic] = _topic_series(history)
+            series = series_of[pipeline.topic] = TopicSeries(history, epoch)
         evaluated = _pipeline_evaluation(pipeline, committed.get(pipeline.pk, {}), marks,
                                          recent.get(pipeline.pk, [])[-n:], series, now, record_times,
                                          written.get(pipeline.pk), record_misses)
@@ -165,34 +170,51 @@ class WindowSample(NamedTuple):
     """A stored LagSample as the evaluation reads it."""
 
     sampled_at: datetime
+    at_s: float  # sampled_at in epoch seconds
     committed: dict[int, int]
     last_batch_ms: int | None
     total_lag: int
 
 
-@dataclass
 class TopicSeries:
-    """A topic's watermark history in the shapes the rules take, built once per topic per cycle."""
+    """A topic's watermark history in the shapes the rules take, built once per topic per cycle.
+    A partition's series are built when first asked (a caught-up partition whose low watermark
+    stands still never needs them), then kept for the topic's other pipelines."""
 
-    highs_at: dict[datetime, dict[int, int]]  # sample time -> partition -> high watermark
-    highs: dict[int, list[tuple[float, int]]]  # partition -> [(epoch s, high)], oldest first
-    lows: dict[int, list[tuple[float, int]]]  # partition -> [(epoch s, low)], oldest first
-    # Partitions whose low watermark moved in the lookback: only they can have a retention
-    # deadline (rule 2 of evaluation.retention_risk), so only they pay for its rates.
-    moving_lows: set[int]
+    def __init__(self, history: dict[datetime, dict[int, tuple[int, int]]], epoch: dict[datetime, float] | None = None):
+        epoch = {} if epoch is None else epoch
+        self._items = [(epoch[at] if at in epoch else at.timestamp(), history[at]) for at in sorted(history)]
+        # sample time -> partition -> high watermark
+        self.highs_at = {at: {p: high for p, (_, high) in marks.items()} for at, marks in history.items()}
+        self._highs: dict[int, list[tuple[float, int]]] = {}
+        self._lows: dict[int, list[tuple[float, int]]] = {}
+        # Partitions whose low watermark moved in the lookback: only they can have a retention
+        # deadline (rule 2 of evaluation.retention_risk), so only they pay for its rates.
+        self.moving_lows = self._moving_lows()
 
+    def highs(self, partition: int) -> list[tuple[float, int]]:
+        """[(epoch s, high)] of the partition, oldest first."""
+        series = self._highs.get(partition)
+        if series is None:
+            series = self._highs[partition] = [(t, marks[partition][1]) for t, marks in self._items if partition in marks]
+        return series
 
-def _topic_series(history: dict[datetime, dict[int, tuple[int, int]]]) -> TopicSeries:
-    items = [(at, at.timestamp(), history[at]) for at in sorted(history)]
-    partitions = set().union(*(marks.keys() for _, _, marks in items))
-    # Comprehensions per partition: this runs for every topic at every cycle.
-    lows = {p: [(t, marks[p][0]) for _, t, marks in items if p in marks] for p in partitions}
-    return TopicSeries(
-        highs_at={at: {p: hi for p, (_, hi) in marks.items()} for at, _, marks in items},
-        highs={p: [(t, marks[p][1]) for _, t, marks in items if p in marks] for p in partitions},
-        lows=lows,
-        moving_lows={p for p, series in lows.items() if series[0][1] != series[-1][1]},
-    )
+    def lows(self, partition: int) -> list[tuple[float, int]]:
+        """[(epoch s, low)] of the partition, oldest first."""
+        series = self._lows.get(partition)
+        if series is None:
+            series = self._lows[partition] = [(t, marks[partition][0]) for t, marks in self._items if partition in marks]
+        return series
+
+    def _moving_lows(self) -> set[int]:
+        if not self._items:
+            return set()
+        first, last = self._items[0][1], self._items[-1][1]
+        if all(marks.keys() == first.keys() for _, marks in self._items):
+            # Every sample has every partition (the usual case): its first and last lows suffice.
+            return {p for p, (low, _) in last.items() if first[p][0] != low}
+        partitions = set().union(*(marks.keys() for _, marks in self._items))
+        return {p for p in partitions if (lows := self.lows(p))[0][1] != lows[-1][1]}
 
 
 CAUGHT_UP = evaluation.TimeLag(0.0, "caught up")
@@ -207,7 +229,7 @@ def _pipeline_evaluation(
     """One pipeline's evaluation from data already in memory (no queries). `written_ms`: when
     each partition was last written, where the store says (dashboard.monitoring.partition_writes)."""
     window = [
-        Sample(s.sampled_at.timestamp(), s.committed, series.highs_at.get(s.sampled_at, {}),
+        Sample(s.at_s, s.committed, series.highs_at.get(s.sampled_at, {}),
                s.last_batch_ms / 1000 if s.last_batch_ms else None, s.total_lag)
         for s in recent
     ]
@@ -231,64 +253,67 @@ def _pipeline_evaluation(
         flagged = [ps for ps in flagged if states[ps.partition] is evaluation.PartitionState.LAGGING]
     stuck = {ps.partition: ps for ps in flagged}
     status = partition_rules.merge_into(status, list(stuck.values()))
-    highs, lows = series.highs, series.lows
-    commits: dict[int, list[tuple[float, int]]] = {}
-    for sample in window:
-        for p, c in sample.committed.items():
-            commits.setdefault(p, []).append((sample.at_s, c))
-
+    # One row per partition, every cycle: the partition's fields are read once (tuple unpacking),
+    # a caught-up partition takes no record lookup, and the history of a partition is walked
+    # only where a rule needs it (lag in seconds of a lagging partition without its record,
+    # retention rates where the low watermark moves).
+    now_s, topic, misses, moving_lows = now.timestamp(), pipeline.topic, record_misses or {}, series.moving_lows
     rows, time_lags, soonest_loss = [], [], None
+    known, total, worst, worst_lag = False, 0, None, 0
     for e in partitions:
-        row = {"partition": e.partition, "committed": e.committed, "low": e.low, "high": e.high, "lag": e.lag,
-               "state": e.state.value, "messages_lost": e.messages_lost, "lag_seconds": None,
-               "lag_method": "", "retention_margin": None, "retention_seconds_left": None,
-               "lag_absent": e.lag_absent,
-               "status": stuck[e.partition].status.name if e.partition in stuck else "OK",
-               "status_reason": stuck[e.partition].reason if e.partition in stuck else ""}
-        if e.lag is None and e.committed is not None and e.high is not None:
-            # Out of range: the state wins; no number derived from a position that does not exist.
-            # Below the low watermark the margin stays: negative, it is the data lost (metrics).
-            time_lags.append((e.partition, None, evaluation.TimeLag(None, e.lag_absent)))
-            if e.state is evaluation.PartitionState.LOW_OUT_OF_RANGE:
-                row["retention_margin"] = e.committed - e.low
-        elif e.committed is not None and e.high is not None:
-            # A partition at the high watermark of this cycle (the newest sample) is caught up:
-            # rule 1 of lag_seconds, without walking its history.
-            position = (pipeline.topic, e.partition, e.committed)
-            record_ms = record_times.get(position)
-            if e.lag == 0:
+        p, c, low, high, lag, state, lost = e
+        lag_s, method, margin, left, absent = None, "", None, None, None
+        if lag is not None:  # in range (ok or lagging): committed and high are known
+            known = True
+            if lag == 0:
+                # At the high watermark of this cycle (the newest sample): caught up, rule 1 of
+                # lag_seconds, without walking its history.
                 tl = CAUGHT_UP
-            elif record_ms is not None:
-                tl = evaluation.lag_seconds_from_record(record_ms, now.timestamp())
-            elif e.lag > 0:
-                # The record's own time is not known (gone, or not read this cycle): estimated
-                # from the high watermark samples, with the reason beside it.
-                no_record = "record deleted by retention" if e.state is evaluation.PartitionState.LOW_OUT_OF_RANGE else (
-                    (record_misses or {}).get(position))
-                tl = evaluation.lag_seconds_without_record(e.committed, highs.get(e.partition, []), now.timestamp(), no_record)
             else:
-                tl = evaluation.lag_seconds(e.committed, highs.get(e.partition, []), now.timestamp())
-            row["lag_seconds"], row["lag_method"] = tl.seconds, tl.method
-            time_lags.append((e.partition, e.lag, tl))
-            if e.partition in series.moving_lows:
-                risk = evaluation.retention_risk(e.committed, lows.get(e.partition, []), commits.get(e.partition, []))
+                total += lag
+                if lag > worst_lag:
+                    worst, worst_lag = p, lag
+                position = (topic, p, c)
+                record_ms = record_times.get(position)
+                if record_ms is not None:
+                    tl = evaluation.lag_seconds_from_record(record_ms, now_s)
+                else:
+                    # The record's own time is not known (gone, or not read this cycle): estimated
+                    # from the high watermark samples, with the reason beside it.
+                    tl = evaluation.lag_seconds_without_record(c, series.highs(p), now_s, misses.get(position))
+            lag_s, method = tl.seconds, tl.method
+            time_lags.append((p, lag, tl))
+            if p in moving_lows:
+                commits = [(sample.at_s, sample.committed[p]) for sample in window if p in sample.committed]
+                risk = evaluation.retention_risk(c, series.lows(p), commits)
+                margin, left = risk.margin, risk.seconds_left
+                if left is not None:
+                    soonest_loss = left if soonest_loss is None else min(soonest_loss, left)
+                    rules.apply_retention_deadline(status, p, risk, settings.RETENTION_WARN_S)  # rule 7
             else:
-                risk = evaluation.RetentionRisk(e.committed - e.low, None)  # rules 1 and 2, without the rates
-            row["retention_margin"], row["retention_seconds_left"] = risk.margin, risk.seconds_left
-            if risk.seconds_left is not None:
-                soonest_loss = risk.seconds_left if soonest_loss is None else min(soonest_loss, risk.seconds_left)
-                rules.apply_retention_deadline(status, e.partition, risk, settings.RETENTION_WARN_S)  # rule 7
-        rows.append(row)
+                margin = c - low  # rules 1 and 2 of retention_risk, without the rates
+        else:
+            absent = e.lag_absent
+            if c is not None and high is not None:
+                # Out of range: the state wins; no number derived from a position that does not exist.
+                # Below the low watermark the margin stays: negative, it is the data lost (metrics).
+                time_lags.append((p, None, evaluation.TimeLag(None, absent)))
+                if state is evaluation.PartitionState.LOW_OUT_OF_RANGE:
+                    margin = c - low
+        flag = stuck.get(p)
+        rows.append({"partition": p, "committed": c, "low": low, "high": high, "lag": lag, "state": state._value_,
+                     "messages_lost": lost, "lag_seconds": lag_s, "lag_method": method, "retention_margin": margin,
+                     "retention_seconds_left": left, "lag_absent": absent,
+                     "status": flag.status.name if flag else "OK", "status_reason": flag.reason if flag else ""})
     pipeline_time_lag = evaluation.pipeline_lag_seconds(time_lags)
-    # No partition with a lag number (all out of range or unknown): no total either, not 0.
-    total = evaluation.total_lag(partitions) if any(e.lag is not None for e in partitions) else None
-    worst = max((e for e in partitions if e.lag is not None and e.lag > 0), key=lambda e: e.lag, default=None)
     return PipelineEvaluation(
         pipeline=pipeline, evaluated_at=now, status=int(status.status), reasons=status.reasons, partitions=rows,
-        total_lag=total, lag_seconds=pipeline_time_lag.seconds,
+        # No partition with a lag number (all out of range or unknown): no total either, not 0.
+        total_lag=total if known else None, lag_seconds=pipeline_time_lag.seconds,
         lag_seconds_method=pipeline_time_lag.method[:100],
         batch_interval_s=interval, retention_seconds_left=soonest_loss,
-        worst_partition=worst.partition if worst else None, worst_partition_lag=worst.lag if worst else None,
+        # The partition with the largest lag (the first of equals), None when none lags.
+        worst_partition=worst, worst_partition_lag=worst_lag if worst is not None else None,
     )
 
 
