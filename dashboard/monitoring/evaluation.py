@@ -9,7 +9,8 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from django.conf import settings
-from django.db.models import Min
+from django.db.models import F, Min, Window
+from django.db.models.functions import RowNumber
 
 from dashboard.alerting import lifecycle
 from dashboard.alerting.outbox import notifications_enqueue
@@ -54,9 +55,15 @@ def pipelines_evaluate(
     # larger part of their cost.
     recent: dict[int, list[WindowSample]] = {}
     epoch: dict[datetime, float] = {}  # every pipeline's samples share the cycles' few times
-    for pk, at, ids, values, last_ms, lag in (
-        LagSample.objects.filter(pipeline__in=pipelines, sampled_at__gte=window_since).order_by("sampled_at")
-        .values_list("pipeline_id", "sampled_at", "partitions", "committed", "last_batch_ms", "total_lag")
+    # Each pipeline's newest n samples in the window, ranked in the database: the window's time
+    # span holds about three times n (missed cycles), and every row read is a datetime parsed
+    # and an array unpacked.
+    samples = LagSample.objects.filter(pipeline__in=pipelines, sampled_at__gte=window_since)
+    if n > 0:  # (a window setting of 0 or less keeps every sample of the span, as [-n:] below does)
+        newest_first = Window(RowNumber(), partition_by=F("pipeline_id"), order_by=F("sampled_at").desc())
+        samples = samples.annotate(newest_first=newest_first).filter(newest_first__lte=n)
+    for pk, at, ids, values, last_ms, lag in samples.order_by("sampled_at").values_list(
+        "pipeline_id", "sampled_at", "partitions", "committed", "last_batch_ms", "total_lag"
     ):
         offsets = unpack_map(ids, values)
         if None in offsets.values():
