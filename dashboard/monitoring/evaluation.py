@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 from operator import itemgetter
-from typing import NamedTuple
 
 from django.conf import settings
 from django.db.models import F, Min, Window
@@ -26,8 +25,9 @@ from dashboard.models import (
     WatermarkSample,
 )
 from dashboard.monitoring import partition_writes
+from dashboard.monitoring.history import PackedMarks, TopicSeries, WindowSample
 from offsetwatch.lib import sparkline
-from offsetwatch.lib.packing import unpack_map, unpack_watermarks
+from offsetwatch.lib.packing import unpack_map
 from offsetwatch.lib.pgcopy import copy_insert
 from offsetwatch.lib.pgupdate import values_update
 from streamoffsets import evaluation, partition_rules, rules
@@ -73,11 +73,13 @@ def pipelines_evaluate(
         if at_s is None:
             at_s = epoch[at] = at.timestamp()
         recent.setdefault(pk, []).append(WindowSample(at, at_s, offsets, last_ms, lag))
-    marks_at: dict[str, dict[datetime, dict[int, tuple[int, int]]]] = {}
+    # A topic's watermark samples, unpacked when a rule reads them: the window's span holds about
+    # three times the samples the window's statuses read.
+    marks_at: dict[str, dict[datetime, PackedMarks]] = {}
     for topic, at, ids, lows, highs in WatermarkSample.objects.filter(
         cluster=cluster, topic__in=topics, sampled_at__gte=window_since
     ).values_list("topic", "sampled_at", "partitions", "lows", "highs"):
-        marks_at.setdefault(topic, {})[at] = unpack_watermarks(ids, lows, highs)
+        marks_at.setdefault(topic, {})[at] = PackedMarks(ids, lows, highs)
     oldest = _oldest_watermarks(cluster, topics, lookback_since)
 
     # Lag older than the window needs the topic's earlier watermarks: fetched only for those topics.
@@ -85,13 +87,13 @@ def pipelines_evaluate(
     for pipeline in pipelines:
         window_marks = marks_at.get(pipeline.topic, {})
         if window_marks:
-            first = window_marks[min(window_marks)]
+            first = window_marks[min(window_marks)].marks()
             if any(p in first and c < first[p][1] for p, c in committed.get(pipeline.pk, {}).items()):
                 deep_topics.add(pipeline.topic)
     for topic, at, ids, lows, highs in WatermarkSample.objects.filter(
         cluster=cluster, topic__in=deep_topics, sampled_at__gte=lookback_since, sampled_at__lt=window_since
     ).values_list("topic", "sampled_at", "partitions", "lows", "highs"):
-        marks_at.setdefault(topic, {})[at] = unpack_watermarks(ids, lows, highs)
+        marks_at.setdefault(topic, {})[at] = PackedMarks(ids, lows, highs)
 
     # Open incidents: the pipelines' own, and their partitions' by pipeline.
     open_incidents: dict[int, Incident] = {}
@@ -167,64 +169,15 @@ def pipelines_evaluate(
     notifications_enqueue(alerting.notifications({e.pipeline_id: e for e in evaluations}))
 
 
-def _oldest_watermarks(cluster: Cluster, topics: list[str], since: datetime) -> dict[str, tuple[datetime, dict]]:
+def _oldest_watermarks(cluster: Cluster, topics: list[str], since: datetime) -> dict[str, tuple[datetime, PackedMarks]]:
     """Each topic's oldest watermark sample since `since` (the far end of its rates), in two queries."""
     firsts = dict(WatermarkSample.objects.filter(cluster=cluster, topic__in=topics, sampled_at__gte=since)
                   .values("topic").annotate(first=Min("sampled_at")).values_list("topic", "first"))
     # All topics of a cluster are sampled in the same cycles, so the distinct first times are few.
-    rows = WatermarkSample.objects.filter(cluster=cluster, topic__in=list(firsts), sampled_at__in=set(firsts.values()))
-    return {w.topic: (w.sampled_at, w.watermarks()) for w in rows if firsts.get(w.topic) == w.sampled_at}
-
-
-class WindowSample(NamedTuple):
-    """A stored LagSample as the evaluation reads it."""
-
-    sampled_at: datetime
-    at_s: float  # sampled_at in epoch seconds
-    committed: dict[int, int]
-    last_batch_ms: int | None
-    total_lag: int
-
-
-class TopicSeries:
-    """A topic's watermark history in the shapes the rules take, built once per topic per cycle.
-    A partition's series are built when first asked (a caught-up partition whose low watermark
-    stands still never needs them), then kept for the topic's other pipelines."""
-
-    def __init__(self, history: dict[datetime, dict[int, tuple[int, int]]], epoch: dict[datetime, float] | None = None):
-        epoch = {} if epoch is None else epoch
-        self._items = [(epoch[at] if at in epoch else at.timestamp(), history[at]) for at in sorted(history)]
-        # sample time -> partition -> high watermark
-        self.highs_at = {at: {p: high for p, (_, high) in marks.items()} for at, marks in history.items()}
-        self._highs: dict[int, list[tuple[float, int]]] = {}
-        self._lows: dict[int, list[tuple[float, int]]] = {}
-        # Partitions whose low watermark moved in the lookback: only they can have a retention
-        # deadline (rule 2 of evaluation.retention_risk), so only they pay for its rates.
-        self.moving_lows = self._moving_lows()
-
-    def highs(self, partition: int) -> list[tuple[float, int]]:
-        """[(epoch s, high)] of the partition, oldest first."""
-        series = self._highs.get(partition)
-        if series is None:
-            series = self._highs[partition] = [(t, marks[partition][1]) for t, marks in self._items if partition in marks]
-        return series
-
-    def lows(self, partition: int) -> list[tuple[float, int]]:
-        """[(epoch s, low)] of the partition, oldest first."""
-        series = self._lows.get(partition)
-        if series is None:
-            series = self._lows[partition] = [(t, marks[partition][0]) for t, marks in self._items if partition in marks]
-        return series
-
-    def _moving_lows(self) -> set[int]:
-        if not self._items:
-            return set()
-        first, last = self._items[0][1], self._items[-1][1]
-        if all(marks.keys() == first.keys() for _, marks in self._items):
-            # Every sample has every partition (the usual case): its first and last lows suffice.
-            return {p for p, (low, _) in last.items() if first[p][0] != low}
-        partitions = set().union(*(marks.keys() for _, marks in self._items))
-        return {p for p in partitions if (lows := self.lows(p))[0][1] != lows[-1][1]}
+    rows = WatermarkSample.objects.filter(
+        cluster=cluster, topic__in=list(firsts), sampled_at__in=set(firsts.values()),
+    ).values_list("topic", "sampled_at", "partitions", "lows", "highs")
+    return {topic: (at, PackedMarks(ids, lows, highs)) for topic, at, ids, lows, highs in rows if firsts.get(topic) == at}
 
 
 CAUGHT_UP = evaluation.TimeLag(0.0, "caught up")
@@ -239,7 +192,7 @@ def _pipeline_evaluation(
     """One pipeline's evaluation from data already in memory (no queries). `written_ms`: when
     each partition was last written, where the store says (dashboard.monitoring.partition_writes)."""
     window = [
-        Sample(s.at_s, s.committed, series.highs_at.get(s.sampled_at, {}),
+        Sample(s.at_s, s.committed, series.highs_at(s.sampled_at),
                s.last_batch_ms / 1000 if s.last_batch_ms else None, s.total_lag)
         for s in recent
     ]
@@ -267,7 +220,7 @@ def _pipeline_evaluation(
     # a caught-up partition takes no record lookup, and the history of a partition is walked
     # only where a rule needs it (lag in seconds of a lagging partition without its record,
     # retention rates where the low watermark moves).
-    now_s, topic, misses, moving_lows = now.timestamp(), pipeline.topic, record_misses or {}, series.moving_lows
+    now_s, topic, misses = now.timestamp(), pipeline.topic, record_misses or {}
     rows, time_lags, soonest_loss = [], [], None
     known, total, worst, worst_lag = False, 0, None, 0
     for e in partitions:
@@ -293,7 +246,7 @@ def _pipeline_evaluation(
                     tl = evaluation.lag_seconds_without_record(c, series.highs(p), now_s, misses.get(position))
             lag_s, method = tl.seconds, tl.method
             time_lags.append((p, lag, tl))
-            if p in moving_lows:
+            if series.low_moved(p):
                 commits = [(sample.at_s, sample.committed[p]) for sample in window if p in sample.committed]
                 risk = evaluation.retention_risk(c, series.lows(p), commits)
                 margin, left = risk.margin, risk.seconds_left
