@@ -161,7 +161,7 @@ def pipelines_evaluate(
     rollups_record(evaluations, now)  # the charts' minute and hour roll-ups, from these numbers
     Incident.objects.bulk_create(incidents_new, batch_size=1000)
     # Every open incident at its worst status is written each cycle (its reasons say how long):
-    # one UPDATE from a VALUES list, where bulk_update's CASE per row and field took seconds.
+    # one UPDATE from arrays, where bulk_update's CASE per row and field took seconds.
     values_update(Incident, incidents_changed, ["closed_at", "worst_status", "reasons", "status", "ok_samples",
                                                 "notified_status", "notified_at"])
     lifecycle.archived_record(archived, now)
