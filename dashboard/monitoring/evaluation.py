@@ -4,13 +4,12 @@ opens or resolves incidents (per pipeline and per partition)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from operator import itemgetter
-from typing import NamedTuple
 
 from django.conf import settings
-from django.db.models import Min
+from django.db.models import F, Min, Window
+from django.db.models.functions import RowNumber
 
 from dashboard.alerting import lifecycle
 from dashboard.alerting.outbox import notifications_enqueue
@@ -26,9 +25,11 @@ from dashboard.models import (
     WatermarkSample,
 )
 from dashboard.monitoring import partition_writes
+from dashboard.monitoring.history import PackedMarks, TopicSeries, WindowSample
 from offsetwatch.lib import sparkline
-from offsetwatch.lib.packing import unpack_map, unpack_watermarks
+from offsetwatch.lib.packing import unpack_map
 from offsetwatch.lib.pgcopy import copy_insert
+from offsetwatch.lib.pgupdate import values_update
 from streamoffsets import evaluation, partition_rules, rules
 from streamoffsets.evaluation import Sample
 from streamoffsets.kafka import WatermarkResult
@@ -54,17 +55,31 @@ def pipelines_evaluate(
     # Plain tuples, not model instances: thousands of rows per cycle, and model __init__ is the
     # larger part of their cost.
     recent: dict[int, list[WindowSample]] = {}
-    for pk, at, ids, values, last_ms, lag in (
-        LagSample.objects.filter(pipeline__in=pipelines, sampled_at__gte=window_since).order_by("sampled_at")
-        .values_list("pipeline_id", "sampled_at", "partitions", "committed", "last_batch_ms", "total_lag")
+    epoch: dict[datetime, float] = {}  # every pipeline's samples share the cycles' few times
+    # Each pipeline's newest n samples in the window, ranked in the database: the window's time
+    # span holds about three times n (missed cycles), and every row read is a datetime parsed
+    # and an array unpacked.
+    samples = LagSample.objects.filter(pipeline__in=pipelines, sampled_at__gte=window_since)
+    if n > 0:  # (a window setting of 0 or less keeps every sample of the span, as [-n:] below does)
+        newest_first = Window(RowNumber(), partition_by=F("pipeline_id"), order_by=F("sampled_at").desc())
+        samples = samples.annotate(newest_first=newest_first).filter(newest_first__lte=n)
+    for pk, at, ids, values, last_ms, lag in samples.order_by("sampled_at").values_list(
+        "pipeline_id", "sampled_at", "partitions", "committed", "last_batch_ms", "total_lag"
     ):
-        offsets = {p: c for p, c in unpack_map(ids, values).items() if c is not None}
-        recent.setdefault(pk, []).append(WindowSample(at, offsets, last_ms, lag))
-    marks_at: dict[str, dict[datetime, dict[int, tuple[int, int]]]] = {}
+        offsets = unpack_map(ids, values)
+        if None in offsets.values():
+            offsets = {p: c for p, c in offsets.items() if c is not None}
+        at_s = epoch.get(at)
+        if at_s is None:
+            at_s = epoch[at] = at.timestamp()
+        recent.setdefault(pk, []).append(WindowSample(at, at_s, offsets, last_ms, lag))
+    # A topic's watermark samples, unpacked when a rule reads them: the window's span holds about
+    # three times the samples the window's statuses read.
+    marks_at: dict[str, dict[datetime, PackedMarks]] = {}
     for topic, at, ids, lows, highs in WatermarkSample.objects.filter(
         cluster=cluster, topic__in=topics, sampled_at__gte=window_since
     ).values_list("topic", "sampled_at", "partitions", "lows", "highs"):
-        marks_at.setdefault(topic, {})[at] = unpack_watermarks(ids, lows, highs)
+        marks_at.setdefault(topic, {})[at] = PackedMarks(ids, lows, highs)
     oldest = _oldest_watermarks(cluster, topics, lookback_since)
 
     # Lag older than the window needs the topic's earlier watermarks: fetched only for those topics.
@@ -72,13 +87,13 @@ def pipelines_evaluate(
     for pipeline in pipelines:
         window_marks = marks_at.get(pipeline.topic, {})
         if window_marks:
-            first = window_marks[min(window_marks)]
+            first = window_marks[min(window_marks)].marks()
             if any(p in first and c < first[p][1] for p, c in committed.get(pipeline.pk, {}).items()):
                 deep_topics.add(pipeline.topic)
     for topic, at, ids, lows, highs in WatermarkSample.objects.filter(
         cluster=cluster, topic__in=deep_topics, sampled_at__gte=lookback_since, sampled_at__lt=window_since
     ).values_list("topic", "sampled_at", "partitions", "lows", "highs"):
-        marks_at.setdefault(topic, {})[at] = unpack_watermarks(ids, lows, highs)
+        marks_at.setdefault(topic, {})[at] = PackedMarks(ids, lows, highs)
 
     # Open incidents: the pipelines' own, and their partitions' by pipeline.
     open_incidents: dict[int, Incident] = {}
@@ -108,7 +123,7 @@ def pipelines_evaluate(
             history = dict(marks_at.get(pipeline.topic, {}))
             if pipeline.topic in oldest:
                 history.setdefault(*oldest[pipeline.topic])
-            series = series_of[pipeline.topic] = _topic_series(history)
+            series = series_of[pipeline.topic] = TopicSeries(history, epoch)
         evaluated = _pipeline_evaluation(pipeline, committed.get(pipeline.pk, {}), marks,
                                          recent.get(pipeline.pk, [])[-n:], series, now, record_times,
                                          written.get(pipeline.pk), record_misses)
@@ -145,54 +160,24 @@ def pipelines_evaluate(
     copy_insert(PipelineEvaluation, evaluations)
     rollups_record(evaluations, now)  # the charts' minute and hour roll-ups, from these numbers
     Incident.objects.bulk_create(incidents_new, batch_size=1000)
-    Incident.objects.bulk_update(incidents_changed, ["closed_at", "worst_status", "reasons", "status", "ok_samples",
-                                                     "notified_status", "notified_at"], batch_size=1000)
+    # Every open incident at its worst status is written each cycle (its reasons say how long):
+    # one UPDATE from arrays, where bulk_update's CASE per row and field took seconds.
+    values_update(Incident, incidents_changed, ["closed_at", "worst_status", "reasons", "status", "ok_samples",
+                                                "notified_status", "notified_at"])
     lifecycle.archived_record(archived, now)
     # Written in this transaction, sent after it commits: a cycle never waits on a channel.
     notifications_enqueue(alerting.notifications({e.pipeline_id: e for e in evaluations}))
 
 
-def _oldest_watermarks(cluster: Cluster, topics: list[str], since: datetime) -> dict[str, tuple[datetime, dict]]:
+def _oldest_watermarks(cluster: Cluster, topics: list[str], since: datetime) -> dict[str, tuple[datetime, PackedMarks]]:
     """Each topic's oldest watermark sample since `since` (the far end of its rates), in two queries."""
     firsts = dict(WatermarkSample.objects.filter(cluster=cluster, topic__in=topics, sampled_at__gte=since)
                   .values("topic").annotate(first=Min("sampled_at")).values_list("topic", "first"))
     # All topics of a cluster are sampled in the same cycles, so the distinct first times are few.
-    rows = WatermarkSample.objects.filter(cluster=cluster, topic__in=list(firsts), sampled_at__in=set(firsts.values()))
-    return {w.topic: (w.sampled_at, w.watermarks()) for w in rows if firsts.get(w.topic) == w.sampled_at}
-
-
-class WindowSample(NamedTuple):
-    """A stored LagSample as the evaluation reads it."""
-
-    sampled_at: datetime
-    committed: dict[int, int]
-    last_batch_ms: int | None
-    total_lag: int
-
-
-@dataclass
-class TopicSeries:
-    """A topic's watermark history in the shapes the rules take, built once per topic per cycle."""
-
-    highs_at: dict[datetime, dict[int, int]]  # sample time -> partition -> high watermark
-    highs: dict[int, list[tuple[float, int]]]  # partition -> [(epoch s, high)], oldest first
-    lows: dict[int, list[tuple[float, int]]]  # partition -> [(epoch s, low)], oldest first
-    # Partitions whose low watermark moved in the lookback: only they can have a retention
-    # deadline (rule 2 of evaluation.retention_risk), so only they pay for its rates.
-    moving_lows: set[int]
-
-
-def _topic_series(history: dict[datetime, dict[int, tuple[int, int]]]) -> TopicSeries:
-    items = [(at, at.timestamp(), history[at]) for at in sorted(history)]
-    partitions = set().union(*(marks.keys() for _, _, marks in items))
-    # Comprehensions per partition: this runs for every topic at every cycle.
-    lows = {p: [(t, marks[p][0]) for _, t, marks in items if p in marks] for p in partitions}
-    return TopicSeries(
-        highs_at={at: {p: hi for p, (_, hi) in marks.items()} for at, _, marks in items},
-        highs={p: [(t, marks[p][1]) for _, t, marks in items if p in marks] for p in partitions},
-        lows=lows,
-        moving_lows={p for p, series in lows.items() if series[0][1] != series[-1][1]},
-    )
+    rows = WatermarkSample.objects.filter(
+        cluster=cluster, topic__in=list(firsts), sampled_at__in=set(firsts.values()),
+    ).values_list("topic", "sampled_at", "partitions", "lows", "highs")
+    return {topic: (at, PackedMarks(ids, lows, highs)) for topic, at, ids, lows, highs in rows if firsts.get(topic) == at}
 
 
 CAUGHT_UP = evaluation.TimeLag(0.0, "caught up")
@@ -207,7 +192,7 @@ def _pipeline_evaluation(
     """One pipeline's evaluation from data already in memory (no queries). `written_ms`: when
     each partition was last written, where the store says (dashboard.monitoring.partition_writes)."""
     window = [
-        Sample(s.sampled_at.timestamp(), s.committed, series.highs_at.get(s.sampled_at, {}),
+        Sample(s.at_s, s.committed, series.highs_at(s.sampled_at),
                s.last_batch_ms / 1000 if s.last_batch_ms else None, s.total_lag)
         for s in recent
     ]
@@ -231,64 +216,67 @@ def _pipeline_evaluation(
         flagged = [ps for ps in flagged if states[ps.partition] is evaluation.PartitionState.LAGGING]
     stuck = {ps.partition: ps for ps in flagged}
     status = partition_rules.merge_into(status, list(stuck.values()))
-    highs, lows = series.highs, series.lows
-    commits: dict[int, list[tuple[float, int]]] = {}
-    for sample in window:
-        for p, c in sample.committed.items():
-            commits.setdefault(p, []).append((sample.at_s, c))
-
+    # One row per partition, every cycle: the partition's fields are read once (tuple unpacking),
+    # a caught-up partition takes no record lookup, and the history of a partition is walked
+    # only where a rule needs it (lag in seconds of a lagging partition without its record,
+    # retention rates where the low watermark moves).
+    now_s, topic, misses = now.timestamp(), pipeline.topic, record_misses or {}
     rows, time_lags, soonest_loss = [], [], None
+    known, total, worst, worst_lag = False, 0, None, 0
     for e in partitions:
-        row = {"partition": e.partition, "committed": e.committed, "low": e.low, "high": e.high, "lag": e.lag,
-               "state": e.state.value, "messages_lost": e.messages_lost, "lag_seconds": None,
-               "lag_method": "", "retention_margin": None, "retention_seconds_left": None,
-               "lag_absent": e.lag_absent,
-               "status": stuck[e.partition].status.name if e.partition in stuck else "OK",
-               "status_reason": stuck[e.partition].reason if e.partition in stuck else ""}
-        if e.lag is None and e.committed is not None and e.high is not None:
-            # Out of range: the state wins; no number derived from a position that does not exist.
-            # Below the low watermark the margin stays: negative, it is the data lost (metrics).
-            time_lags.append((e.partition, None, evaluation.TimeLag(None, e.lag_absent)))
-            if e.state is evaluation.PartitionState.LOW_OUT_OF_RANGE:
-                row["retention_margin"] = e.committed - e.low
-        elif e.committed is not None and e.high is not None:
-            # A partition at the high watermark of this cycle (the newest sample) is caught up:
-            # rule 1 of lag_seconds, without walking its history.
-            position = (pipeline.topic, e.partition, e.committed)
-            record_ms = record_times.get(position)
-            if e.lag == 0:
+        p, c, low, high, lag, state, lost = e
+        lag_s, method, margin, left, absent = None, "", None, None, None
+        if lag is not None:  # in range (ok or lagging): committed and high are known
+            known = True
+            if lag == 0:
+                # At the high watermark of this cycle (the newest sample): caught up, rule 1 of
+                # lag_seconds, without walking its history.
                 tl = CAUGHT_UP
-            elif record_ms is not None:
-                tl = evaluation.lag_seconds_from_record(record_ms, now.timestamp())
-            elif e.lag > 0:
-                # The record's own time is not known (gone, or not read this cycle): estimated
-                # from the high watermark samples, with the reason beside it.
-                no_record = "record deleted by retention" if e.state is evaluation.PartitionState.LOW_OUT_OF_RANGE else (
-                    (record_misses or {}).get(position))
-                tl = evaluation.lag_seconds_without_record(e.committed, highs.get(e.partition, []), now.timestamp(), no_record)
             else:
-                tl = evaluation.lag_seconds(e.committed, highs.get(e.partition, []), now.timestamp())
-            row["lag_seconds"], row["lag_method"] = tl.seconds, tl.method
-            time_lags.append((e.partition, e.lag, tl))
-            if e.partition in series.moving_lows:
-                risk = evaluation.retention_risk(e.committed, lows.get(e.partition, []), commits.get(e.partition, []))
+                total += lag
+                if lag > worst_lag:
+                    worst, worst_lag = p, lag
+                position = (topic, p, c)
+                record_ms = record_times.get(position)
+                if record_ms is not None:
+                    tl = evaluation.lag_seconds_from_record(record_ms, now_s)
+                else:
+                    # The record's own time is not known (gone, or not read this cycle): estimated
+                    # from the high watermark samples, with the reason beside it.
+                    tl = evaluation.lag_seconds_without_record(c, series.highs(p), now_s, misses.get(position))
+            lag_s, method = tl.seconds, tl.method
+            time_lags.append((p, lag, tl))
+            if series.low_moved(p):
+                commits = [(sample.at_s, sample.committed[p]) for sample in window if p in sample.committed]
+                risk = evaluation.retention_risk(c, series.lows(p), commits)
+                margin, left = risk.margin, risk.seconds_left
+                if left is not None:
+                    soonest_loss = left if soonest_loss is None else min(soonest_loss, left)
+                    rules.apply_retention_deadline(status, p, risk, settings.RETENTION_WARN_S)  # rule 7
             else:
-                risk = evaluation.RetentionRisk(e.committed - e.low, None)  # rules 1 and 2, without the rates
-            row["retention_margin"], row["retention_seconds_left"] = risk.margin, risk.seconds_left
-            if risk.seconds_left is not None:
-                soonest_loss = risk.seconds_left if soonest_loss is None else min(soonest_loss, risk.seconds_left)
-                rules.apply_retention_deadline(status, e.partition, risk, settings.RETENTION_WARN_S)  # rule 7
-        rows.append(row)
+                margin = c - low  # rules 1 and 2 of retention_risk, without the rates
+        else:
+            absent = e.lag_absent
+            if c is not None and high is not None:
+                # Out of range: the state wins; no number derived from a position that does not exist.
+                # Below the low watermark the margin stays: negative, it is the data lost (metrics).
+                time_lags.append((p, None, evaluation.TimeLag(None, absent)))
+                if state is evaluation.PartitionState.LOW_OUT_OF_RANGE:
+                    margin = c - low
+        flag = stuck.get(p)
+        rows.append({"partition": p, "committed": c, "low": low, "high": high, "lag": lag, "state": state._value_,
+                     "messages_lost": lost, "lag_seconds": lag_s, "lag_method": method, "retention_margin": margin,
+                     "retention_seconds_left": left, "lag_absent": absent,
+                     "status": flag.status.name if flag else "OK", "status_reason": flag.reason if flag else ""})
     pipeline_time_lag = evaluation.pipeline_lag_seconds(time_lags)
-    # No partition with a lag number (all out of range or unknown): no total either, not 0.
-    total = evaluation.total_lag(partitions) if any(e.lag is not None for e in partitions) else None
-    worst = max((e for e in partitions if e.lag is not None and e.lag > 0), key=lambda e: e.lag, default=None)
     return PipelineEvaluation(
         pipeline=pipeline, evaluated_at=now, status=int(status.status), reasons=status.reasons, partitions=rows,
-        total_lag=total, lag_seconds=pipeline_time_lag.seconds,
+        # No partition with a lag number (all out of range or unknown): no total either, not 0.
+        total_lag=total if known else None, lag_seconds=pipeline_time_lag.seconds,
         lag_seconds_method=pipeline_time_lag.method[:100],
         batch_interval_s=interval, retention_seconds_left=soonest_loss,
-        worst_partition=worst.partition if worst else None, worst_partition_lag=worst.lag if worst else None,
+        # The partition with the largest lag (the first of equals), None when none lags.
+        worst_partition=worst, worst_partition_lag=worst_lag if worst is not None else None,
     )
 
 

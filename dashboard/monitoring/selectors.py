@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from django.conf import settings
 from django.core.paginator import Page, Paginator
+from django.db import connection
 from django.db.models import BigIntegerField, JSONField, Min, OuterRef, Q, Subquery, Value
 from django.utils import timezone
 
@@ -51,7 +52,7 @@ def store_read_plan(*, store: Store, now: datetime) -> ReadPlan:
         rows = rows.values_list("pk", "topic", "group", "last_batch_ms", "oldest_planned")
     else:
         rows = rows.values_list("pk", "topic", "group", "last_batch_ms", Value(None, output_field=BigIntegerField()))
-    windows, keys = Q(pk__in=[]), {}
+    windows, keys = [], {}
     for pk, topic, group, ms, planned in rows:
         key = PipelineKey(topic, group)
         position = -1 if ms is None else min(ms, plan.horizon_ms)
@@ -59,13 +60,31 @@ def store_read_plan(*, store: Store, now: datetime) -> ReadPlan:
             position = min(position, planned - 1)
         plan.positions[key] = position
         if position >= 0 and plan.late_window_ms > 0:
-            windows |= Q(pipeline_id=pk, batch_time_ms__gte=position - plan.late_window_ms,
-                         batch_time_ms__lte=position)
+            windows.append((pk, position - plan.late_window_ms, position))
             keys[pk] = key
-    if keys:
-        for pk, ms in Batch.objects.filter(windows, committed=True).values_list("pipeline_id", "batch_time_ms"):
-            plan.recent.setdefault(keys[pk], set()).add(ms)
+    for pk, ms in _committed_batch_times(windows):
+        plan.recent.setdefault(keys[pk], set()).add(ms)
     return plan
+
+
+def _committed_batch_times(windows: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
+    """(pipeline id, batch time) of the committed batches in each (pipeline id, from ms, to ms)
+    window, in one query. The windows are a VALUES list joined to the batches: one OR'ed Q per
+    pipeline cost Django ~0.2 ms each to compile (a tenth of a 500-pipeline cycle). They are
+    integers from the database, written into the SQL as int() (nothing a user sends); a VALUES
+    list in a WITH is both PostgreSQL's and SQLite's (the demo's)."""
+    if not windows:
+        return []
+    values = ", ".join(f"({int(pk)}, {int(lo)}, {int(hi)})" for pk, lo, hi in windows)
+    table = connection.ops.quote_name(Batch._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH w(pk, lo, hi) AS (VALUES {values}) SELECT b.pipeline_id, b.batch_time_ms FROM {table} b "
+            "JOIN w ON b.pipeline_id = w.pk AND b.batch_time_ms >= w.lo AND b.batch_time_ms <= w.hi "
+            "WHERE b.committed = %s",
+            [True],
+        )
+        return cursor.fetchall()
 
 
 def cluster_topics(*, cluster: Cluster) -> list[str]:

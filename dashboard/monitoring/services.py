@@ -29,6 +29,7 @@ from dashboard.monitoring.evaluation import pipelines_evaluate
 from dashboard.monitoring.selectors import Committed, committed_offsets, newest_batches
 from offsetwatch.lib.packing import pack, pack_map, pack_partitions
 from offsetwatch.lib.pgcopy import copy_insert
+from offsetwatch.lib.pgupdate import values_update
 from offsetwatch.lib.timefmt import ms_text
 from streamoffsets import evaluation
 from streamoffsets.kafka import WatermarkResult
@@ -136,7 +137,7 @@ def store_reading_record(*, store: Store, reading: StoreReading, now_ms: int | N
             pipeline.recent_batch_ms = recent[-Pipeline.RECENT_BATCHES:]
             changed.append(pipeline)
     Batch.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000)
-    Pipeline.objects.bulk_update(changed, ["last_batch_ms", "recent_batch_ms"], batch_size=1000)
+    values_update(Pipeline, changed, ["last_batch_ms", "recent_batch_ms"])  # every moving pipeline, every poll
     Batch.objects.filter(now_committed).update(committed=True)
     _problems_record(store, problems)
     _history_importing_record(store, reading.more)

@@ -70,6 +70,7 @@ class KafkaGroupOffsetStore(StoreBase):
         }
         self._admin: AdminClient | None = None
         self._committers: dict[str, Consumer] = {}
+        self._groups: list[str] | None = None  # the ping's listing, for the read that follows
 
     @classmethod
     def from_url(cls, url: str, timeout_s: float = 5.0, config: dict | None = None) -> "KafkaGroupOffsetStore":
@@ -84,12 +85,12 @@ class KafkaGroupOffsetStore(StoreBase):
         return self._admin
 
     def ping(self, timeout_s: float) -> None:
-        """Read the cluster's metadata, waiting at most `timeout_s`: a broker that is down or
-        does not answer fails here in that time, not after the full timeout of each request."""
-        try:
-            self._admin_client().list_topics(timeout=timeout_s)
-        except KafkaException as exc:
-            raise StoreUnreachable(self.name, "ping", f"no answer from the brokers within {timeout_s:g} s: {exc}") from exc
+        """List the consumer groups, waiting at most `timeout_s`: a broker that is down or does not
+        answer fails here in that time, not after the full timeout of each request. The listing
+        is kept for the read that follows (every read starts with it): the cluster's metadata,
+        asked before, cost more than the listing (every topic's partitions, 10,000 objects at
+        10,000 partitions) and the read did not use it."""
+        self._groups = self._list_groups(timeout_s, timeout_s, "ping", f"no answer from the brokers within {timeout_s:g} s")
 
     def close(self) -> None:
         for consumer in self._committers.values():
@@ -183,17 +184,19 @@ class KafkaGroupOffsetStore(StoreBase):
         missing: ListConsumerGroups asks every broker and reports those that did not answer in
         `errors`, not as an exception, so an unreachable cluster would otherwise read as one with
         no groups (and a partly answered listing as one whose groups went away)."""
+        groups, self._groups = self._groups, None
+        if groups is not None:  # the ping's, just listed
+            return groups
+        return self._list_groups(self.timeout_s, self.timeout_s * 2, "groups", "cannot list consumer groups")
+
+    def _list_groups(self, request_timeout_s: float, wait_s: float, key: str, failed: str) -> list[str]:
         try:
-            result = self._admin_client().list_consumer_groups(request_timeout=self.timeout_s).result(
-                timeout=self.timeout_s * 2
-            )
+            result = self._admin_client().list_consumer_groups(request_timeout=request_timeout_s).result(timeout=wait_s)
         except (KafkaException, FutureTimeout) as exc:
-            raise StoreUnreachable(
-                self.name, "groups", f"cannot list consumer groups: {exc or type(exc).__name__}"
-            ) from exc
+            raise StoreUnreachable(self.name, key, f"{failed}: {exc or type(exc).__name__}") from exc
         if result.errors:
             errors = "; ".join(e.str() if isinstance(e, KafkaError) else str(e) for e in result.errors)
-            raise StoreUnreachable(self.name, "groups", f"cannot list consumer groups: {errors}")
+            raise StoreUnreachable(self.name, key, f"{failed}: {errors}")
         return sorted(g.group_id for g in result.valid)
 
     def _all_group_offsets(self) -> tuple[dict[str, list[TopicPartition]], list[RowProblem]]:

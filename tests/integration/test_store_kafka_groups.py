@@ -86,3 +86,33 @@ def test_a_down_broker_is_a_failing_read_not_a_store_without_groups():
         dead.snapshot()
     with pytest.raises(StoreUnreachable, match="kafka://127.0.0.1"):
         dead.list_pipelines()
+
+
+def test_the_ping_lists_the_groups_once_for_the_read_that_follows(store, stack, unique_name, monkeypatch):
+    """#16: the ping is the consumer-group listing the read starts with (no metadata of every
+    topic's partitions): the snapshot after a ping lists nothing again, and finds what it finds
+    without one."""
+    topic, group = unique_name("ping"), unique_name("ping-job")
+    ensure_topic(stack.kafka_bootstrap, topic, partitions=1)
+    store.save_batch(BatchOffsets(topic, group, 0, {0: 0}))
+    fresh = KafkaGroupOffsetStore(stack.kafka_bootstrap)
+    without_ping, _ = fresh.snapshot()
+    store.ping(5.0)
+    listings = []
+    real = store._list_groups
+    monkeypatch.setattr(store, "_list_groups", lambda *args: listings.append(args) or real(*args))
+    after_ping, _ = store.snapshot()
+    assert listings == []  # the ping's listing was used
+    assert PipelineKey(topic, group) in after_ping
+    assert set(after_ping) == set(without_ping)
+    store.snapshot()  # the next read lists again: a ping's listing is used once
+    assert len(listings) == 1
+    fresh.close()
+
+
+def test_a_ping_of_a_down_broker_fails_within_its_timeout():
+    dead = KafkaGroupOffsetStore(f"127.0.0.1:{free_port()}", timeout_s=10.0)
+    t0 = time.monotonic()
+    with pytest.raises(StoreUnreachable, match="no answer from the brokers within 1 s"):
+        dead.ping(1.0)
+    assert time.monotonic() - t0 < 5.0  # the ping's timeout, not the reads' 10 s

@@ -1,0 +1,125 @@
+"""The collection cycle's faster database paths write and read exactly what the plain Django
+ones did (#16): the incidents' VALUES update against bulk_update, the read plan's late-row
+windows against an OR'ed Q per pipeline, and the evaluation's newest-n lag samples against every
+sample of the window's span cut to its last n."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+
+import pytest
+from django.db.models import Q
+
+from dashboard.models import Batch, Incident, LagSample, Pipeline
+from dashboard.monitoring import evaluation as monitoring_evaluation
+from dashboard.monitoring.selectors import _committed_batch_times, store_read_plan
+from offsetwatch.lib.pgupdate import values_update
+from streamoffsets.kafka import WatermarkResult
+from streamoffsets.types import Watermarks
+from tests.factories import pipeline_row, samples_bulk
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=dt_timezone.utc)
+FIELDS = ["closed_at", "worst_status", "reasons", "status", "ok_samples", "notified_status", "notified_at"]
+
+
+def _incidents(pipeline, count: int) -> list[Incident]:
+    return Incident.objects.bulk_create([
+        Incident(pipeline=pipeline, partition=p, opened_at=T0, worst_status=2, reasons=[f"partition {p} stalled"],
+                 status=2, notified_status=None if p % 2 else 2, notified_at=None if p % 3 else T0)
+        for p in range(count)
+    ])
+
+
+def _changed(incidents: list[Incident]) -> list[Incident]:
+    # Every kind of value the cycle writes: a time set and cleared, None and numbers, JSON with quotes.
+    for i, incident in enumerate(incidents):
+        incident.closed_at = T0 + timedelta(seconds=i) if i % 4 == 0 else None
+        incident.worst_status = 3 + i % 3
+        incident.reasons = [f'no batch for {i} s; "quoted" \\ and ünïcode', {"nested": [i, None]}] if i % 5 else []
+        incident.status = None if i % 7 == 0 else i % 6
+        incident.ok_samples = i % 4
+        incident.notified_status = None if i % 2 == 0 else 5
+        incident.notified_at = None if i % 3 == 0 else T0 + timedelta(minutes=i)
+    return incidents
+
+
+def _stored(pipeline) -> list[tuple]:
+    return list(Incident.objects.filter(pipeline=pipeline).order_by("partition").values_list("partition", *FIELDS))
+
+
+def test_values_update_writes_what_bulk_update_writes():
+    a, b = pipeline_row("upd-a"), pipeline_row("upd-b")
+    Incident.objects.bulk_update(_changed(_incidents(a, 23)), FIELDS)
+    # More rows than one batch, so the batching is crossed too.
+    assert values_update(Incident, _changed(_incidents(b, 23)), FIELDS, batch_size=10) == 23
+    assert [row[1:] for row in _stored(b)] == [row[1:] for row in _stored(a)]
+    assert {row[4] for row in _stored(b)} == {None, 0, 1, 2, 3, 4, 5}  # the cases were reached
+
+
+def test_values_update_leaves_the_other_fields_and_rows_alone():
+    pipeline = pipeline_row("upd-c")
+    first, second = _incidents(pipeline, 2)
+    first.reasons, first.ack_note = ["changed"], "not listed: not written"
+    values_update(Incident, [first], ["reasons"])
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.reasons == ["changed"] and first.ack_note == ""
+    assert second.reasons == ["partition 1 stalled"]
+    assert values_update(Incident, [], ["reasons"]) == 0
+
+
+def test_the_late_row_windows_read_what_an_ored_q_reads():
+    pipelines = [pipeline_row(f"late-{i}") for i in range(4)]
+    Batch.objects.bulk_create([
+        Batch(pipeline=p, batch_time_ms=t, offsets={"0": t}, committed=t % 3 != 0)
+        for i, p in enumerate(pipelines) for t in range(1000 * i, 1000 * i + 60, 7)
+    ])
+    windows = [(p.pk, 1000 * i + 10, 1000 * i + 40 + i) for i, p in enumerate(pipelines)]
+    q = Q(pk__in=[])
+    for pk, lo, hi in windows:
+        q |= Q(pipeline_id=pk, batch_time_ms__gte=lo, batch_time_ms__lte=hi)
+    expected = sorted(Batch.objects.filter(q, committed=True).values_list("pipeline_id", "batch_time_ms"))
+    assert sorted(_committed_batch_times(windows)) == expected
+    assert len(expected) > 8  # windows of several batches each, the uncommitted ones left out
+    assert _committed_batch_times([]) == []
+
+
+def test_the_read_plan_lists_the_imported_batch_times_behind_each_position(settings):
+    settings.LATE_BATCH_WINDOW_S = 30
+    pipeline = pipeline_row("late-plan")
+    now_ms = int(T0.timestamp() * 1000)
+    Batch.objects.bulk_create([Batch(pipeline=pipeline, batch_time_ms=now_ms - s * 1000, offsets={"0": s})
+                               for s in (5, 20, 29, 31, 90)])
+    Pipeline.objects.filter(pk=pipeline.pk).update(last_batch_ms=now_ms - 5000)
+    plan = store_read_plan(store=pipeline.store, now=T0)
+    (key, recent), = plan.recent.items()
+    assert key.topic == pipeline.topic
+    # From the position (5 s ago) back 30 s: the batch 90 s ago is not in the window.
+    assert recent == {now_ms - 5000, now_ms - 20000, now_ms - 29000, now_ms - 31000}
+
+
+def test_the_window_is_each_pipelines_newest_samples(settings, monkeypatch):
+    settings.EVALUATION_WINDOW_SAMPLES = 4
+    pipelines = [pipeline_row(f"win-{i}") for i in range(3)]
+    for i, p in enumerate(pipelines):  # 10, 7 and 4 samples, 10 s apart: all in the window's span
+        samples_bulk(p, start=T0 + timedelta(seconds=i), step_s=10, count=10 - 3 * i,
+                     highs=lambda k: [100 + k, 50], committed=lambda k: [90 + k, 50])
+    seen = {}
+    real = monitoring_evaluation._pipeline_evaluation
+
+    def record(pipeline, committed, marks, recent, *args, **kwargs):
+        seen[pipeline.pk] = [(s.sampled_at, s.at_s, s.committed, s.total_lag) for s in recent]
+        return real(pipeline, committed, marks, recent, *args, **kwargs)
+
+    monkeypatch.setattr(monitoring_evaluation, "_pipeline_evaluation", record)
+    result = WatermarkResult(by_topic={p.topic: {0: Watermarks(0, 0, 110), 1: Watermarks(1, 0, 50)} for p in pipelines})
+    for p in pipelines:
+        monitoring_evaluation.pipelines_evaluate(p.store.cluster, [p], {}, result, T0 + timedelta(seconds=100), {}, {})
+    for p in pipelines:
+        every = list(LagSample.objects.filter(pipeline=p).order_by("sampled_at"))[-4:]
+        assert seen[p.pk] == [(s.sampled_at, s.sampled_at.timestamp(), s.committed_offsets(), s.total_lag)
+                              for s in every]
+    assert [len(seen[p.pk]) for p in pipelines] == [4, 4, 4]
+    assert seen[pipelines[0].pk][0][0] == T0 + timedelta(seconds=60)  # the newest 4 of 10, not the first
