@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import IntegrityError, connection
 
 from dashboard.models import Batch, LagSample, Pipeline, Store, WatermarkSample
 from dashboard.monitoring import pruning, sample_partitions
@@ -264,3 +264,44 @@ def test_the_prune_rebuilds_a_finished_days_index_once_and_readers_see_every_row
         for partition, day, _ in sample_partitions.partitions_list(table):
             if day is not None:
                 sample_partitions.partition_drop(table, partition)
+
+
+@partitioned
+@pytest.mark.django_db(transaction=True)
+def test_a_rebuild_cut_short_is_tried_again(pipeline):
+    """A concurrent index build that failed leaves an INVALID index on the table: the next
+    rebuild drops it rather than keeping it beside the valid one."""
+    yesterday = (NOW - timedelta(days=1)).replace(hour=0, minute=0)
+    sample_partitions.partitions_ensure({yesterday.date()})
+    jittered_samples(pipeline, yesterday, 1, seed=3)
+    name = sample_partitions.partition_name("dashboard_lagsample", yesterday.date())
+    with connection.cursor() as cur:
+        with pytest.raises(IntegrityError):  # every row's partitions are b"": the unique build fails
+            cur.execute(f'CREATE UNIQUE INDEX CONCURRENTLY "{name}_broken" ON "{name}" (partitions)')
+        cur.execute("SELECT count(*) FROM pg_index WHERE indrelid = %s::regclass AND NOT indisvalid", [name])
+        assert cur.fetchone()[0] == 1
+    total = LagSample.objects.count()
+    assert history_prune(now=NOW)["LagSample partitions reindexed"] == 1
+    with connection.cursor() as cur:
+        cur.execute("SELECT indexrelid::regclass::text, indisvalid FROM pg_index WHERE indrelid = %s::regclass", [name])
+        assert [valid for _, valid in cur.fetchall()] == [True]  # the primary key alone
+    assert LagSample.objects.count() == total
+    for model in (LagSample, WatermarkSample):
+        model.objects.all().delete()
+    for table in sample_partitions.SAMPLE_TABLES:
+        for partition, day, _ in sample_partitions.partitions_list(table):
+            if day is not None:
+                sample_partitions.partition_drop(table, partition)
+
+
+@partitioned
+def test_inside_a_transaction_the_rebuild_is_a_plain_reindex(pipeline):
+    yesterday = (NOW - timedelta(days=1)).replace(hour=0, minute=0)
+    sample_partitions.partitions_ensure({yesterday.date()})
+    jittered_samples(pipeline, yesterday, 1, seed=4)
+    expected = kept_samples()
+    counts = history_prune(now=NOW)  # the test's transaction: REINDEX CONCURRENTLY would fail here
+    assert counts["LagSample partitions reindexed"] == counts["WatermarkSample partitions reindexed"] == 1
+    assert kept_samples() == expected
+    assert sample_partitions.partition_name("dashboard_lagsample", yesterday.date()) in (
+        sample_partitions.partitions_rebuilt("dashboard_lagsample"))
