@@ -9,8 +9,9 @@ prune's partition work, and the write cost of a cycle at 100,000 partitions.
    TOAST of every partition. Rows are independent, so bytes per value hold at any length and
    resolution: the retention policy keeps 8,640 + 6 x 1,440 + 23 x 24 = 17,832 rows per key
    (1 day raw, 6 more per minute, 23 more per hour), which the totals extrapolate to.
-2. Prune: the same history copied to a day 3 days old (thinned to per minute), 10 days old (to
-   hourly) and 40 days old (dropped); one history_prune timed.
+2. Prune: the same history copied to a day 1 day old (a finished raw day: its index rebuilt once),
+   3 days old (thinned to per minute), 10 days old (to hourly) and 40 days old (dropped); one
+   history_prune timed.
 3. Write cost at 100,000 partitions: 5,000 pipelines x 20 partitions and 1,000 topics x 100
    partitions; per cycle, the packing of every array and the COPY of both tables, over --cycles.
 
@@ -34,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from benchdb import fresh_django_database  # noqa: E402
 
-DB = "offsetwatch_bench_storage_x"
+DB = "offsetwatch_bench_storage2_x"
 KEPT_ROWS = 8640 + 6 * 1440 + 23 * 24  # rows per key with the retention policy
 
 
@@ -145,8 +146,8 @@ def history(args, data: str) -> None:
 
 
 def prune(connection, tables, sample_partitions, history_prune, now, since, data, args_partitions) -> None:
-    """The written history copied to days 3, 10 and 40 back, then one prune."""
-    shifts = (3, 10, 40)
+    """The written history copied to days 1, 3, 10 and 40 back, then one prune."""
+    shifts = (1, 3, 10, 40)
     span_h = int((now - since).total_seconds() // 3600) + 1
     days = {sample_partitions.day_of(now - timedelta(days=d, hours=h)) for d in shifts for h in range(span_h + 1)}
     sample_partitions.partitions_ensure(days)
@@ -166,14 +167,16 @@ def prune(connection, tables, sample_partitions, history_prune, now, since, data
     elapsed = time.perf_counter() - t
     done = {k: v for k, v in counts.items() if "Sample" in k and v}
     print(f"[{data}] prune: {elapsed:.2f} s for {done}")
-    # Bytes per value by resolution: the thinned days are rebuilt copies (their index built
-    # sorted, fuller than the raw day's, which grows by page splits).
+    # Bytes per value by resolution: the thinned days are rebuilt copies and the finished raw day
+    # had its index rebuilt (built sorted, fuller than the one today's raw day grows by page splits).
     values_per_row = {"dashboard_watermarksample": 2 * args_partitions, "dashboard_lagsample": args_partitions}
     by_level: dict[str, list[int]] = {}
     with connection.cursor() as cur:
         for t in tables:
             cur.execute(f"VACUUM ANALYZE {t}")
+            rebuilt = sample_partitions.partitions_rebuilt(t)
             for name, day, level in sample_partitions.partitions_list(t):
+                level = "raw rebuilt" if name in rebuilt else level
                 cur.execute(f'SELECT count(*), pg_total_relation_size(%s::regclass) FROM "{name}"', [name])
                 rows, size = cur.fetchone()
                 if rows:
@@ -181,12 +184,21 @@ def prune(connection, tables, sample_partitions, history_prune, now, since, data
                     acc[0] += rows * values_per_row[t]
                     acc[1] += size
     bpv = {level: size / values for level, (values, size) in by_level.items()}
-    shape = {"raw": 8640, "minute": 6 * 1440, "hour": 23 * 24}  # rows per key, as the policy keeps them
-    steady = sum(bpv[k] * n for k, n in shape.items()) / sum(shape.values())
-    late = (bpv["raw"] * 2 * 8640 + bpv["minute"] * 5 * 1440 + bpv["hour"] * 552) / (2 * 8640 + 5 * 1440 + 552)
+    def shape(rows: dict[str, int]) -> float:
+        return sum(bpv[k] * n for k, n in rows.items()) / sum(rows.values())
+
+    # Rows per key, as the policy keeps them: a raw day (finished, so its index is rebuilt),
+    # 6 days per minute, 23 days hourly; and with today's raw day as well (a day is thinned once
+    # all of it is past a day), half written on average, whole just before midnight.
+    policy = {"raw rebuilt": 8640, "minute": 6 * 1440, "hour": 23 * 24}
+    steady = shape(policy)
+    unbuilt = shape({**policy, "raw rebuilt": 0, "raw": 8640})
+    average = shape({**policy, "raw": 4320, "minute": 5 * 1440 + 720})
+    late = shape({**policy, "raw": 8640, "minute": 5 * 1440})
     print(f"[{data}] bytes per value by resolution: " + ", ".join(f"{k} {v:.2f}" for k, v in bpv.items())
-          + f"; with the retention policy's shape (8,640 raw, 8,640 per-minute, 552 hourly rows per key) "
-          f"{steady:.2f}, with a second raw day (a day is thinned once all of it is past a day) {late:.2f}")
+          + f"; with the retention policy's shape (8,640 raw rows rebuilt, 8,640 per-minute, 552 hourly rows "
+          f"per key) {steady:.2f} (the raw day as written, not rebuilt: {unbuilt:.2f}); with today's raw day "
+          f"as well, half written {average:.2f}, whole {late:.2f}")
 
 
 def write_cost(args) -> None:

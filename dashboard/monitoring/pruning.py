@@ -5,7 +5,8 @@ On PostgreSQL the sample tables are partitioned by day (dashboard.monitoring.sam
 a day is thinned once all of it is past a threshold, by swapping its partition for a thinned
 copy, and expired by dropping its partition, so no row is DELETEd and no table bloats. A day is
 thus kept at full resolution for 1 to 2 days (not exactly RETENTION_RAW_S) and expires 0 to 1 day
-after RETENTION_HOUR_S. On SQLite (the demo) rows are deleted as before.
+after RETENTION_HOUR_S. A raw day's index is rebuilt once the day is over (it shrinks by about a
+third; sample_partitions.partition_index_rebuild). On SQLite (the demo) rows are deleted as before.
 """
 from __future__ import annotations
 
@@ -64,6 +65,8 @@ def _partitions_prune(now: datetime, raw_until: datetime, minute_until: datetime
         default = sample_partitions.default_prune(
             table, raw_until=raw_until, minute_until=minute_until, hour_until=hour_until)
         expired, hourly, minutely, dropped, swapped = default["expired"], default["hour"], default["minute"], 0, 0
+        rebuilt = sample_partitions.partitions_rebuilt(table)
+        reindexed = 0
         for partition, day, level in sample_partitions.partitions_list(table):
             if day is None:
                 continue
@@ -77,11 +80,15 @@ def _partitions_prune(now: datetime, raw_until: datetime, minute_until: datetime
             elif end <= raw_until and level == "raw":
                 minutely += sample_partitions.partition_thin(table, partition, day, "minute")
                 swapped += 1
+            elif day < today and level == "raw" and partition not in rebuilt:
+                sample_partitions.partition_index_rebuild(partition)
+                reindexed += 1
         counts[f"{name} expired"] = expired
         counts[f"{name} to hourly"] = hourly
         counts[f"{name} to per-minute"] = minutely
         counts[f"{name} partitions dropped"] = dropped
         counts[f"{name} partitions thinned"] = swapped
+        counts[f"{name} partitions reindexed"] = reindexed
     return counts
 
 

@@ -5,7 +5,8 @@ dashboard_lagsample and dashboard_watermarksample are range-partitioned on sampl
 partition per UTC day named <table>_pYYYYMMDD, plus <table>_default for rows no day partition
 took (a write never fails for a missing partition; the prune thins and expires the default's rows
 with DELETEs as before #16). A thinned partition carries its resolution in its table comment, so
-a prune run does each day once.
+a prune run does each day once. A raw day whose index was rebuilt once the day was over says so in
+its comment too ("raw; index rebuilt"), so that is done once as well.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ SAMPLE_TABLES = {
 }
 LEVELS = ("minute", "hour")  # thinning levels, finer first: a partition's comment says its level
 _COMMENT = "offsetwatch resolution: "
+_REBUILT = "; index rebuilt"  # after the level in a raw day's comment: its index was rebuilt once
 
 
 def partitioned() -> bool:
@@ -77,8 +79,41 @@ def partitions_list(table: str) -> list[tuple[str, date | None, str]]:
     for name, comment in rows:
         suffix = name[len(table) + 2:]
         day = datetime.strptime(suffix, "%Y%m%d").date() if name.startswith(f"{table}_p") else None
-        found.append((name, day, comment[len(_COMMENT):] if comment.startswith(_COMMENT) else "raw"))
+        level = comment[len(_COMMENT):].removesuffix(_REBUILT) if comment.startswith(_COMMENT) else "raw"
+        found.append((name, day, level))
     return found
+
+
+def partitions_rebuilt(table: str) -> set[str]:
+    """The raw day partitions of a table whose index partition_index_rebuild rebuilt."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                    "WHERE i.inhparent = %s::regclass AND obj_description(c.oid, 'pg_class') = %s",
+                    [table, f"{_COMMENT}raw{_REBUILT}"])
+        return {row[0] for row in cur.fetchall()}
+
+
+def partition_index_rebuild(name: str) -> None:
+    """Rebuild a finished raw day's primary-key index once, for its size. Written a cycle at a
+    time, every key gets one entry per cycle in the middle of the index, so its pages split half
+    empty (the watermark key's topic text is too wide for PostgreSQL's split-after-new-item
+    rule): about 88 bytes a watermark row where a sorted build takes about 44. The day is no
+    longer written, so one rebuild keeps it compact until it is thinned.
+    REINDEX ... CONCURRENTLY builds the new index beside the old one: readers and any late writer
+    go on using the old one and the rows never move. It cannot run in a transaction: inside one
+    (a caller's atomic block, the tests) a plain REINDEX does the same, holding off the day's
+    readers while it runs. A concurrent rebuild cut short (the task's time limit) leaves an
+    invalid index beside the valid one; it is dropped before the next try."""
+    with connection.cursor() as cur:
+        if connection.in_atomic_block:
+            cur.execute(f'REINDEX TABLE "{name}"')
+        else:
+            cur.execute("SELECT indexrelid::regclass::text FROM pg_index "
+                        "WHERE indrelid = %s::regclass AND NOT indisvalid", [name])
+            for (invalid,) in cur.fetchall():
+                cur.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {invalid}")
+            cur.execute(f'REINDEX TABLE CONCURRENTLY "{name}"')
+        cur.execute(f"COMMENT ON TABLE \"{name}\" IS '{_COMMENT}raw{_REBUILT}'")
 
 
 def _deferred_checks_run(cur) -> None:

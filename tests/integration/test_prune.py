@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import IntegrityError, connection
 
 from dashboard.models import Batch, LagSample, Pipeline, Store, WatermarkSample
 from dashboard.monitoring import pruning, sample_partitions
@@ -203,3 +203,105 @@ def test_a_reader_sees_every_sample_once_during_the_swap(pipeline):
         model.objects.all().delete()
     sample_partitions.partition_drop("dashboard_lagsample", sample_partitions.partition_name(
         "dashboard_lagsample", old_day.date()))
+
+
+def index_bytes(name: str) -> int:
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_indexes_size(%s::regclass)", [name])
+        return cur.fetchone()[0]
+
+
+@partitioned
+@pytest.mark.django_db(transaction=True)  # outside a transaction: the concurrent rebuild
+def test_the_prune_rebuilds_a_finished_days_index_once_and_readers_see_every_row(pipeline):
+    """Written a cycle at a time, a day's primary-key index splits its pages half empty; once the
+    day is over the prune rebuilds it (REINDEX CONCURRENTLY), once, while readers go on."""
+    yesterday = (NOW - timedelta(days=1)).replace(hour=0, minute=0)
+    sample_partitions.partitions_ensure({yesterday.date()})
+    cluster = pipeline.store.cluster
+    rows = [WatermarkSample(cluster=cluster, topic=f"topic-{t:03d}", sampled_at=yesterday + timedelta(seconds=10 * c),
+                            partitions=b"", lows=pack([c]), highs=pack([c + t]))
+            for c in range(600) for t in range(40)]  # cycle by cycle, as the collectors write
+    copy_insert(WatermarkSample, rows)
+    name = sample_partitions.partition_name("dashboard_watermarksample", yesterday.date())
+    before_bytes, expected = index_bytes(name), kept_samples()
+    seen, stop = [], threading.Event()
+
+    def read():
+        from django.db import connections
+        try:
+            while not stop.is_set():
+                seen.append(WatermarkSample.objects.filter(sampled_at__lt=NOW).count())
+        finally:
+            connections.close_all()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        counts = history_prune(now=NOW)
+    finally:
+        stop.set()
+        reader.join()
+    assert counts["WatermarkSample partitions reindexed"] == 1 and counts["WatermarkSample partitions thinned"] == 0
+    assert seen and set(seen) == {len(rows)}
+    assert kept_samples() == expected
+    assert index_bytes(name) < 0.75 * before_bytes, (index_bytes(name), before_bytes)
+    assert name in sample_partitions.partitions_rebuilt("dashboard_watermarksample")
+    levels = {n: level for n, _, level in sample_partitions.partitions_list("dashboard_watermarksample")}
+    assert levels[name] == "raw"  # still a raw day: thinned the day after, like any other
+    today = sample_partitions.partition_name("dashboard_watermarksample", NOW.date())
+    assert today in levels and today not in sample_partitions.partitions_rebuilt("dashboard_watermarksample")
+    with connection.cursor() as cur:  # no index left half built beside it
+        cur.execute("SELECT count(*) FROM pg_index WHERE indrelid = %s::regclass AND NOT indisvalid", [name])
+        assert cur.fetchone()[0] == 0
+    assert history_prune(now=NOW)["WatermarkSample partitions reindexed"] == 0  # once
+    # A day later it is thinned as before.
+    assert history_prune(now=NOW + timedelta(days=1))["WatermarkSample partitions thinned"] >= 1
+    assert name not in sample_partitions.partitions_rebuilt("dashboard_watermarksample")
+    for model in (LagSample, WatermarkSample):
+        model.objects.all().delete()
+    for table in sample_partitions.SAMPLE_TABLES:
+        for partition, day, _ in sample_partitions.partitions_list(table):
+            if day is not None:
+                sample_partitions.partition_drop(table, partition)
+
+
+@partitioned
+@pytest.mark.django_db(transaction=True)
+def test_a_rebuild_cut_short_is_tried_again(pipeline):
+    """A concurrent index build that failed leaves an INVALID index on the table: the next
+    rebuild drops it rather than keeping it beside the valid one."""
+    yesterday = (NOW - timedelta(days=1)).replace(hour=0, minute=0)
+    sample_partitions.partitions_ensure({yesterday.date()})
+    jittered_samples(pipeline, yesterday, 1, seed=3)
+    name = sample_partitions.partition_name("dashboard_lagsample", yesterday.date())
+    with connection.cursor() as cur:
+        with pytest.raises(IntegrityError):  # every row's partitions are b"": the unique build fails
+            cur.execute(f'CREATE UNIQUE INDEX CONCURRENTLY "{name}_broken" ON "{name}" (partitions)')
+        cur.execute("SELECT count(*) FROM pg_index WHERE indrelid = %s::regclass AND NOT indisvalid", [name])
+        assert cur.fetchone()[0] == 1
+    total = LagSample.objects.count()
+    assert history_prune(now=NOW)["LagSample partitions reindexed"] == 1
+    with connection.cursor() as cur:
+        cur.execute("SELECT indexrelid::regclass::text, indisvalid FROM pg_index WHERE indrelid = %s::regclass", [name])
+        assert [valid for _, valid in cur.fetchall()] == [True]  # the primary key alone
+    assert LagSample.objects.count() == total
+    for model in (LagSample, WatermarkSample):
+        model.objects.all().delete()
+    for table in sample_partitions.SAMPLE_TABLES:
+        for partition, day, _ in sample_partitions.partitions_list(table):
+            if day is not None:
+                sample_partitions.partition_drop(table, partition)
+
+
+@partitioned
+def test_inside_a_transaction_the_rebuild_is_a_plain_reindex(pipeline):
+    yesterday = (NOW - timedelta(days=1)).replace(hour=0, minute=0)
+    sample_partitions.partitions_ensure({yesterday.date()})
+    jittered_samples(pipeline, yesterday, 1, seed=4)
+    expected = kept_samples()
+    counts = history_prune(now=NOW)  # the test's transaction: REINDEX CONCURRENTLY would fail here
+    assert counts["LagSample partitions reindexed"] == counts["WatermarkSample partitions reindexed"] == 1
+    assert kept_samples() == expected
+    assert sample_partitions.partition_name("dashboard_lagsample", yesterday.date()) in (
+        sample_partitions.partitions_rebuilt("dashboard_lagsample"))
