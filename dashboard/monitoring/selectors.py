@@ -51,21 +51,39 @@ def store_read_plan(*, store: Store, now: datetime) -> ReadPlan:
         rows = rows.values_list("pk", "topic", "group", "last_batch_ms", "oldest_planned")
     else:
         rows = rows.values_list("pk", "topic", "group", "last_batch_ms", Value(None, output_field=BigIntegerField()))
-    windows, keys = Q(pk__in=[]), {}
+    # Only stores with history look for late rows (the others give their current state).
+    late = plan.late_window_ms > 0 and store.kind in (Store.Kind.HBASE, Store.Kind.CHECKPOINT)
+    windows: dict[int, tuple[PipelineKey, int]] = {}
     for pk, topic, group, ms, planned in rows:
         key = PipelineKey(topic, group)
         position = -1 if ms is None else min(ms, plan.horizon_ms)
         if planned is not None:
             position = min(position, planned - 1)
         plan.positions[key] = position
-        if position >= 0 and plan.late_window_ms > 0:
-            windows |= Q(pipeline_id=pk, batch_time_ms__gte=position - plan.late_window_ms,
-                         batch_time_ms__lte=position)
-            keys[pk] = key
-    if keys:
-        for pk, ms in Batch.objects.filter(windows, committed=True).values_list("pipeline_id", "batch_time_ms"):
-            plan.recent.setdefault(keys[pk], set()).add(ms)
+        if position >= 0 and late:
+            windows[pk] = (key, position)
+    for pk, ms in _window_batches(windows, plan.late_window_ms):
+        key, position = windows[pk]
+        if position - plan.late_window_ms <= ms <= position:
+            plan.recent.setdefault(key, set()).add(ms)
     return plan
+
+
+def _window_batches(windows: dict[int, tuple[PipelineKey, int]], window_ms: int) -> list[tuple[int, int]]:
+    """(pipeline id, batch time) of the committed batches around each pipeline's position, in one
+    query with one term per window-wide bucket of positions (a live fleet's positions share one
+    or two), not one per pipeline: a store of 500 pipelines built and planned a 500-term OR every
+    poll (issue #16). A bucket's range spans two windows, so the caller keeps each pipeline's own."""
+    if not windows:
+        return []
+    buckets: dict[int, list[int]] = {}
+    for pk, (_, position) in windows.items():
+        buckets.setdefault(position // window_ms, []).append(pk)
+    where = Q(pk__in=[])
+    for bucket, pks in buckets.items():
+        where |= Q(pipeline_id__in=pks, batch_time_ms__gte=(bucket - 1) * window_ms,
+                   batch_time_ms__lte=(bucket + 1) * window_ms)
+    return list(Batch.objects.filter(where, committed=True).values_list("pipeline_id", "batch_time_ms"))
 
 
 def cluster_topics(*, cluster: Cluster) -> list[str]:
