@@ -288,6 +288,9 @@ def redis_commands(client) -> int:
     return int(client.info("stats")["total_commands_processed"])
 
 
+BENCH_QUERIES = 0
+
+
 def one_cycle(sources: list[str], timeout_s: float = 900.0) -> tuple[float, float]:
     """Beat's fan-out, repeated every poll interval as beat does until every source recorded a
     poll started after the first: (that wall time, the sum of those polls' own durations).
@@ -303,7 +306,9 @@ def one_cycle(sources: list[str], timeout_s: float = 900.0) -> tuple[float, floa
     t0 = time.perf_counter()
     collect_all.delay()
     deadline, tick = t0 + timeout_s, t0
+    global BENCH_QUERIES
     while time.perf_counter() < deadline:
+        BENCH_QUERIES += 1  # the count() below: this process's own transactions, not the cycle's
         if time.perf_counter() - tick >= settings.POLL_INTERVAL_S:
             # Beat's next tick, as deployed: sources whose poll expired unqueued are sent again
             # (the ones still queued or polling are skipped by their Redis mark).
@@ -313,8 +318,8 @@ def one_cycle(sources: list[str], timeout_s: float = 900.0) -> tuple[float, floa
         if done.count() >= len(sources):
             wall = time.perf_counter() - t0
             failed = list(done.filter(consecutive_failures__gt=0).values_list("label", "last_error"))
-            if failed:
-                raise RuntimeError(f"polls failed: {failed[:3]}")
+            if failed:  # shown, and the cycle counted as it ran (a failed poll is a poll)
+                print(f"    FAILED polls: {failed}", flush=True)
             by_kind: dict[str, list[float]] = {}
             for label, ms in done.values_list("label", "last_duration_ms"):
                 kind = label.split()[0] if label.startswith("cluster") else label.split()[1].rsplit("-", 2)[0]
@@ -400,6 +405,9 @@ def run(args, brokers, stack, work: Path) -> None:
     # sources sent last are dropped every cycle and never polled. The bench measures the cycle's
     # work, so it keeps them queued (the starvation itself is reported: docs/scaling.md).
     env.setdefault("OFFSETWATCH_POLL_QUEUED_TTL", "600")
+    # Likewise the time limit (soft 30 s by default): a 2,500-pipeline cluster poll took 15-28 s on
+    # the shared machine and was cut once; the bench measures it whole.
+    env.setdefault("OFFSETWATCH_POLL_TIME_LIMIT", "135")
     rows = []
     for count in [int(n) for n in args.workers.split(",")]:
         workers = start_workers(count, work, env)
@@ -415,13 +423,16 @@ def run(args, brokers, stack, work: Path) -> None:
                 bare = min(bare_calls(stores, clusters), bare_calls(stores, clusters))
                 connection.close()
                 db0, k0, r0 = database_counters(), kafka_requests(brokers), redis_commands(rclient)
+                own = BENCH_QUERIES
                 wall, polls = one_cycle(sources)
-                time.sleep(0.5)  # the relays write their counts every 0.2 s
+                own = BENCH_QUERIES - own + 4  # + the cycle's end: failed, by kind, sum, the counters' own
+                time.sleep(1.5)  # the relays write their counts every 0.2 s; PostgreSQL its statistics every 1 s
                 db1, k1, r1 = database_counters(), kafka_requests(brokers), redis_commands(rclient)
                 connection.close()
                 requests = {api: k1.get(api, 0) - k0.get(api, 0) for api in k1 if k1.get(api, 0) - k0.get(api, 0)}
                 row = dict(workers=count, wall=wall, bare=bare, polls=polls, requests=requests,
-                           db={k: db1[k] - db0[k] for k in db0}, redis=r1 - r0 - 2)
+                           db={k: db1[k] - db0[k] - (own if k == "transactions" else 0) for k in db0},
+                           redis=r1 - r0 - 2)
                 rows.append(row)
                 print(f"  cycle {wall:.2f} s wall; bare calls {bare:.2f} s; polls' own time {polls:.2f} s "
                       f"(ratio {polls / bare:.2f}x); Kafka requests {sum(requests.values())} {requests}; "
