@@ -52,6 +52,8 @@ def store_read_plan(*, store: Store, now: datetime) -> ReadPlan:
         rows = rows.values_list("pk", "topic", "group", "last_batch_ms", "oldest_planned")
     else:
         rows = rows.values_list("pk", "topic", "group", "last_batch_ms", Value(None, output_field=BigIntegerField()))
+    # Only stores with history look for late rows (the others give their current state).
+    late = plan.late_window_ms > 0 and store.kind in (Store.Kind.HBASE, Store.Kind.CHECKPOINT)
     windows, keys = [], {}
     for pk, topic, group, ms, planned in rows:
         key = PipelineKey(topic, group)
@@ -59,7 +61,7 @@ def store_read_plan(*, store: Store, now: datetime) -> ReadPlan:
         if planned is not None:
             position = min(position, planned - 1)
         plan.positions[key] = position
-        if position >= 0 and plan.late_window_ms > 0:
+        if position >= 0 and late:
             windows.append((pk, position - plan.late_window_ms, position))
             keys[pk] = key
     for pk, ms in _committed_batch_times(windows):

@@ -206,9 +206,9 @@ class HBaseOffsetStore(StoreBase):
             raise MalformedRecord(self.name, text_key, f"row has no cells in family {self.family!r}")
         return BatchOffsets(topic, group, int(ms), offsets)
 
-    def _scan(self, **kwargs) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
+    def _scan(self, batch_size: int = SCAN_BATCH, **kwargs) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
         with self._calling(f"scan {kwargs.get('row_start', b'')!r}"):
-            yield from self._table().scan(columns=[self.family.encode()], batch_size=SCAN_BATCH, **kwargs)
+            yield from self._table().scan(columns=[self.family.encode()], batch_size=batch_size, **kwargs)
 
     def load_latest(self, topic: str, group: str, now_ms: int | None = None) -> BatchOffsets | None:
         """The newest batch row for (topic, group) by a reversed scan from `now` down to 0.
@@ -291,7 +291,12 @@ class HBaseOffsetStore(StoreBase):
         cursor: bytes | None = b""
         while cursor is not None and len(found) < max_pipelines:
             next_cursor = None
-            for key, _ in self._scan(row_start=cursor, filter=b"FirstKeyOnlyFilter() AND KeyOnlyFilter()"):
+            # One row per round trip: the rows after a pipeline's first are its own history (a row
+            # per batch), then the next pipelines', none of which the skip uses. With SCAN_BATCH
+            # rows per round trip each skip made the server read and send up to 500 keys: listing
+            # N pipelines cost N x 500 keys (issue #16: 500 pipelines in 29 s on the stand-in).
+            for key, _ in self._scan(row_start=cursor, filter=b"FirstKeyOnlyFilter() AND KeyOnlyFilter()",
+                                     batch_size=1):
                 text = key.decode("utf-8", "replace")
                 try:
                     topic, group, ms = parse_row_key(text)

@@ -87,6 +87,15 @@ def read_store(
             reading.discovered = True
         else:
             reading.pipelines = sorted(plan.positions)
+        if not store.keeps_history and hasattr(store, "histories"):
+            # Stores that read many pipelines' current state in a few pipelined rounds (ZooKeeper).
+            for key, page in store.histories(reading.pipelines).items():
+                if isinstance(page, OffsetStoreError):  # one unreadable pipeline: its problem
+                    reading.problems.append(RowProblem(page.store, page.key, page.problem))
+                    continue
+                reading.batches[key] = page.batches
+                reading.problems.extend(page.problems)
+            return reading
         for key in reading.pipelines:
             try:
                 if store.keeps_history:

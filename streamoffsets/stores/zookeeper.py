@@ -1,4 +1,6 @@
-"""Offsets in ZooKeeper, in the old Kafka consumer layout.
+"""Offsets in ZooKeeper, in the old Kafka consumer layout. Over 400 lines because the layout's
+writes, its reads (one pipeline, and a poll's many pipelined) and their failure handling share
+the session and the path rules.
 
 One znode per partition, `/consumers/<group>/offsets/<topic>/<partition>`, value = the next
 offset to read as decimal text, under an optional chroot (`zk://host:2181,host2:2181/chroot`).
@@ -242,38 +244,62 @@ class ZooKeeperOffsetStore(StoreBase):
 
     # --- reads ----------------------------------------------------------------------------------
     def _read(self, topic: str, group: str) -> tuple[dict[int, int], dict[int, int], list[MalformedRecord]]:
-        """Read every partition node: (offsets, mtimes, malformed nodes), all keyed by partition.
+        """Every partition node: (offsets, mtimes, malformed nodes), all keyed by partition."""
+        read = self._read_many([PipelineKey(topic, group)])[PipelineKey(topic, group)]
+        if isinstance(read, OffsetStoreError):
+            raise read
+        return read
 
-        One children listing, then one get per partition, pipelined (all sent before any wait).
-        """
-        base = topic_path(topic, group)
-        offsets: dict[int, int] = {}
-        mtimes: dict[int, int] = {}
-        bad: list[MalformedRecord] = []
-        with self._calling(base):
+    def _read_many(self, keys: list[PipelineKey]) -> dict[PipelineKey, tuple | OffsetStoreError]:
+        """`_read` of many pipelines in two pipelined rounds (every children listing sent before
+        any is awaited, then every node's get): a poll of N pipelines waits two network round
+        trips, not 2 x N. A refused node (NoAuth) is its pipeline's OffsetStoreError in the
+        result; a lost connection fails the whole read (StoreUnreachable)."""
+        out: dict[PipelineKey, tuple | OffsetStoreError] = {}
+        if not keys:
+            return out
+        bases = {key: topic_path(key.topic, key.group) for key in keys}
+        # An unreachable server is named at the pipeline's path when one is read (a job's load).
+        with self._calling(bases[keys[0]] if len(keys) == 1 else "/consumers"):
             client = self._connection()
-            try:
-                children = self._wait(client.get_children_async(base))
-            except NoNodeError:
-                return offsets, mtimes, bad
+            listings = [(key, client.get_children_async(bases[key])) for key in keys]
             pending = []
-            for child in sorted(children, key=lambda c: (len(c), c)):
-                path = f"{base}/{child}"
-                if not PARTITION_RE.fullmatch(child):
-                    bad.append(MalformedRecord(self.name, path, f"child {child!r} is not a partition id"))
-                    continue
-                pending.append((int(child), path, client.get_async(path)))
-            for partition, path, result in pending:
-                try:
-                    data, stat = self._wait(result)
-                except NoNodeError:
-                    continue  # deleted since the listing: it no longer holds an offset
+            for key, result in listings:
+                offsets: dict[int, int] = {}
+                mtimes: dict[int, int] = {}
+                bad: list[MalformedRecord] = []
+                out[key] = (offsets, mtimes, bad)
+                children = self._wait_one(key, bases[key], result, out)
+                for child in sorted(children or (), key=lambda c: (len(c), c)):
+                    path = f"{bases[key]}/{child}"
+                    if not PARTITION_RE.fullmatch(child):
+                        bad.append(MalformedRecord(self.name, path, f"child {child!r} is not a partition id"))
+                        continue
+                    pending.append((key, int(child), path, client.get_async(path)))
+            for key, partition, path, result in pending:
+                got = self._wait_one(key, path, result, out)
+                if got is None or isinstance(out[key], OffsetStoreError):
+                    continue  # deleted since the listing (it no longer holds an offset), or refused
+                data, stat = got
+                offsets, mtimes, bad = out[key]
                 try:
                     offsets[partition] = self._decode(path, data)
                     mtimes[partition] = stat.mtime
                 except MalformedRecord as exc:
                     bad.append(exc)
-        return offsets, mtimes, bad
+        return out
+
+    def _wait_one(self, key: PipelineKey, path: str, result, out: dict) -> Any:
+        """One answer: None for a node gone; a refusal becomes the pipeline's error in `out`."""
+        try:
+            return self._wait(result)
+        except NoNodeError:
+            return None
+        except UNREACHABLE:
+            raise
+        except KazooException as exc:
+            out[key] = OffsetStoreError(self.name, path, f"ZooKeeper refused the call: {type(exc).__name__} {exc}")
+            return None
 
     def _decode(self, path: str, data: bytes | None) -> int:
         try:
@@ -328,6 +354,20 @@ class ZooKeeperOffsetStore(StoreBase):
         Malformed nodes are reported whatever the window; the torn-write warning comes with the batch.
         """
         offsets, mtimes, bad = self._read(topic, group)
+        return self._page(topic, group, offsets, mtimes, bad, start_ms, end_ms, limit)
+
+    def histories(self, keys: list[PipelineKey], chunk: int = 1000) -> dict[PipelineKey, HistoryPage | OffsetStoreError]:
+        """`history()` of many pipelines (a poll's read), `chunk` at a time in two pipelined
+        rounds each; a pipeline whose nodes the server refused maps to its OffsetStoreError."""
+        pages: dict[PipelineKey, HistoryPage | OffsetStoreError] = {}
+        for i in range(0, len(keys), chunk):
+            for key, read in self._read_many(keys[i:i + chunk]).items():
+                pages[key] = read if isinstance(read, OffsetStoreError) else self._page(key.topic, key.group, *read)
+        return pages
+
+    def _page(self, topic: str, group: str, offsets: dict[int, int], mtimes: dict[int, int],
+              bad: list[MalformedRecord], start_ms: int = 0, end_ms: int | None = None,
+              limit: int | None = None) -> HistoryPage:
         page = HistoryPage(problems=[RowProblem(self.name, exc.key, exc.problem) for exc in bad])
         if not offsets:
             return page

@@ -118,14 +118,17 @@ class HeldInsideTheCall:
         def open_store(url, *args, **kwargs):
             store = real_open_store(url, *args, **kwargs)
             if url_part in url:
-                first_call = store.history  # every poll reads each pipeline's history
+                # Every poll reads each pipeline's history; a ZooKeeper poll lists its pipelines
+                # and then reads them all at once (histories), so it is held after the listing.
+                name = "list_pipelines" if hasattr(store, "histories") else "history"
+                first_call = getattr(store, name)
 
-                def history(*a, **kw):
+                def held_call(*a, **kw):
                     answer = first_call(*a, **kw)
                     held.hold()
                     return answer
 
-                store.history = history
+                setattr(store, name, held_call)
             return store
 
         class Reader(readers.KafkaWatermarkReader):

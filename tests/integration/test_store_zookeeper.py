@@ -234,3 +234,40 @@ def test_a_chroot_whose_parent_is_missing_is_named(stack, chroot):
         with pytest.raises(OffsetStoreError, match="create the chroot first") as err:
             s.save_batch(BatchOffsets("orders", "billing", 1, {0: 1}))
         assert err.value.key == f"{chroot}/missing/deeper"
+
+
+def test_a_poll_reads_every_pipeline_pipelined_and_a_refused_one_is_its_own_problem(store, raw, chroot):
+    """read_store reads a ZooKeeper store's pipelines in pipelined rounds (histories): the same
+    batches and problems as history() one by one; a pipeline whose node the server refuses
+    (NoAuth) is that pipeline's problem, the others are still read."""
+    for i in range(30):
+        raw.create(f"{chroot}/consumers/g{i}/offsets/t{i}/0", str(i).encode(), makepath=True)
+        raw.create(f"{chroot}/consumers/g{i}/offsets/t{i}/1", b"7")
+    raw.create(f"{chroot}/consumers/g3/offsets/t3/x", b"1")  # malformed child
+    locked = f"{chroot}/consumers/locked/offsets/orders"
+    raw.create(f"{locked}/0", b"5", makepath=True)
+    # Nobody may list it; anyone may change its ACL back (so the chroot can be deleted after).
+    raw.set_acls(locked, [make_acl("world", "anyone", write=True, create=True, delete=True, admin=True)])
+    try:
+        _pipelined_read_checks(store, chroot)
+    finally:
+        raw.set_acls(locked, [make_acl("world", "anyone", all=True)])
+
+
+def _pipelined_read_checks(store, chroot):
+    from streamoffsets.stores.reading import ReadPlan, read_store
+
+    keys, _ = store.list_pipelines()
+    assert PipelineKey("orders", "locked") in keys and len(keys) == 31
+    pages = store.histories(keys, chunk=7)
+    refused = pages.pop(PipelineKey("orders", "locked"))
+    assert isinstance(refused, OffsetStoreError) and "NoAuth" in refused.problem
+    assert refused.key == "/consumers/locked/offsets/orders"
+    for key, page in pages.items():
+        one = store.history(key.topic, key.group)
+        assert (page.batches, page.problems) == (one.batches, one.problems)
+    assert pages[PipelineKey("t5", "g5")].batches[0].offsets == {0: 5, 1: 7}
+    assert [p.key for p in pages[PipelineKey("t3", "g3")].problems] == ["/consumers/g3/offsets/t3/x"]
+    reading = read_store(f"zk://{store.hosts}{chroot}", ReadPlan(now_ms=now_ms()), timeout_s=5)
+    assert len(reading.batches) == 30 and PipelineKey("orders", "locked") not in reading.batches
+    assert any(p.key == "/consumers/locked/offsets/orders" and "NoAuth" in p.problem for p in reading.problems)
