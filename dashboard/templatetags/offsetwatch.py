@@ -2,6 +2,8 @@
 names made visible (streamoffsets.urls, streamoffsets.visible)."""
 from __future__ import annotations
 
+from itertools import islice
+
 from django import template
 
 from dashboard.audit.services import change_lines
@@ -80,3 +82,18 @@ def masked_text(text) -> str:
 def visible(name) -> str:
     """A name with bidirectional controls and invisible characters shown as ⟨U+XXXX⟩."""
     return "" if _missing(name) else visible_name(name)
+
+
+START_REPORT_OFFSETS = 10  # a job of 1,000 partitions reports 1,000 offsets at each start
+
+
+@register.filter
+def offsets_brief(offsets) -> str:
+    """A start report's offsets ({partition: offset}) as "p0: 12, p1: 40": the first
+    START_REPORT_OFFSETS, then how many partitions more (the clamped ones are named in the
+    report's decisions, beside)."""
+    if not isinstance(offsets, dict):
+        return "—"
+    shown = ", ".join(f"p{p}: {o}" for p, o in islice(offsets.items(), START_REPORT_OFFSETS))
+    more = len(offsets) - START_REPORT_OFFSETS
+    return f"{shown} and {more:,} partitions more" if more > 0 else shown
