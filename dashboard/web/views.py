@@ -141,8 +141,8 @@ def _overview_paging(request, *, page: int, pages: int, total: int, first: int, 
 
 def _pipeline_context(request, pipeline: Pipeline) -> dict:
     """The page's context; raises BadParam for bad chart parameters and page. A bad parameter of
-    the partition table is said next to the table's form (`partition_error`: the view answers
-    400) while the table shows its default rows."""
+    the partition table is `partition_error`: the page says it next to the table's form (400)
+    and shows the table's default rows."""
     chart = params.parse_chart_params(request.GET, now=timezone.now())
     page = params.parse_int(request.GET, "page", default=1, low=1, high=10**9)
     evaluation = pipeline_evaluation(pipeline=pipeline)
@@ -234,8 +234,9 @@ def pipeline_detail(request, pipeline_id: int):
 def pipeline_live(request, pipeline_id: int):
     pipeline = _pipeline_or_404(pipeline_id)
     context = _pipeline_context(request, pipeline)
-    return render(request, "dashboard/partials/pipeline_live.html", context,
-                  status=400 if context["partition_error"] else 200)
+    if context["partition_error"]:
+        raise context["partition_error"]  # the polling keeps what it shows; the page says it by its form
+    return render(request, "dashboard/partials/pipeline_live.html", context)
 
 
 @require_GET
