@@ -86,3 +86,20 @@ def test_batch_columns_are_the_first_rows_in_partition_order():
     one = partition_view(rows=[row(p, lag=p) for p in range(30)], params=PartitionParams(shown=50, partition=4),
                          retention_warn_s=WARN_S)
     assert batch_columns(one) == [4]
+
+
+def test_a_partition_row_is_escaped_and_says_what_the_template_said():
+    from dashboard.templatetags.offsetwatch import partition_row
+
+    html = partition_row({**row(7, status="STALLED", lag=40), "severity": "STALLED", "committed": 2, "low": 0,
+                          "high": 42, "lag_is_upper_bound": True, "lag_method": "interpolated", "lag_seconds": 45.0,
+                          "retention_margin": 2, "status_reason": '<script>alert("x")</script>', "messages_lost": 0})
+    cells = html.split("</td>")
+    assert html.startswith('<tr data-partition="7" data-status="STALLED">')
+    assert '<td class="num lag" title="at most: a compacted topic has offset gaps">≤ 40' in cells[4]
+    assert '<td class="num" title="interpolated">45 s' in cells[5]
+    assert "<script>" not in html and '&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;' in cells[8]
+    lost = partition_row({**row(3, state="low out-of-range", lag=None), "severity": "ERR", "messages_lost": 12345,
+                          "lag_absent": "out of range", "committed": 1, "low": 12346, "high": 20000})
+    assert '<td class="num lag" title="out of range">—</td>' in lost
+    assert '<td class="state-bad">low out-of-range: 12,345 messages deleted before being processed</td>' in lost
