@@ -202,13 +202,15 @@ def build_big(partitions: int, days: int) -> int:
     return big.pk
 
 
-def time_big(client, pipeline_id: int, partitions: int, n: int) -> None:
-    """The big pipeline's page and what it loads on demand."""
+def time_big(client, pipeline_id: int, partitions: int, n: int, reference_id: int) -> None:
+    """The big pipeline's page and what it loads on demand; the other pipeline's page again
+    beside them (`reference_id`), as this host's load at that moment."""
     from django.urls import reverse
 
     page = reverse("pipeline", args=[pipeline_id])
     live = reverse("pipeline_live", args=[pipeline_id])
     for label, url in (
+        ("pipeline page of the first pipeline, again", reverse("pipeline", args=[reference_id])),
         (f"pipeline page, {partitions:,} partitions", page),
         ("  its live partial", live),
         ("  live partial, show more (100 rows)", live + "?shown=100"),
@@ -289,7 +291,7 @@ def main() -> None:
             p95 = statistics.quantiles(times, n=20)[-1]
             print(f"{label:<52} {statistics.median(times):>8.1f} {p95:>8.1f} {size:>10,}")
         if big_id is not None:
-            time_big(client, big_id, args.big_partitions, args.requests)
+            time_big(client, big_id, args.big_partitions, args.requests, reference_id=pipeline_id)
 
 
 if __name__ == "__main__":
