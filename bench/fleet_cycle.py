@@ -255,7 +255,8 @@ def bare_calls(stores, clusters) -> float:
     from django.utils import timezone
 
     from dashboard.models import Store
-    from dashboard.monitoring.selectors import cluster_topics, store_read_plan
+    from dashboard.monitoring.read_plan import store_read_plan
+    from dashboard.monitoring.selectors import cluster_topics
     from streamoffsets.stores.reading import read_store, read_watermarks
 
     # Read afresh: the plan depends on the store's row (when it was last listed for new pipelines).

@@ -8,7 +8,14 @@ with evaluations for the overview. Then times each page in
 process (Django's test client: middleware, views, queries, templates; no network), N requests
 each, and an empty Django view in the same run as the floor.
 
-Run: .venv/bin/python bench/pages.py [--requests 40] (needs PostgreSQL on 127.0.0.1:5432)
+With --big-partitions N (issue #16: 1,000), one more pipeline with N partitions: a batch a minute
+for --big-days (1), its samples shaped as above, an evaluation whose N partition rows hold a few
+stalled, at-risk and out-of-range partitions, ten start reports of N offsets; its page, live
+partial and on-demand views (show more, all, only not OK, one partition, older batches) are timed
+after the others (build_big, time_big).
+
+Run: .venv/bin/python bench/pages.py [--requests 40] [--big-partitions 1000] [--database NAME]
+(needs PostgreSQL on 127.0.0.1:5432)
 """
 from __future__ import annotations
 
@@ -121,6 +128,115 @@ def rollups_backfill_timed() -> None:
     print(f"{ChartRollup.objects.count():,} roll-ups backfilled in {time.perf_counter() - t0:.1f} s")
 
 
+def build_big(partitions: int, days: int) -> int:
+    """A pipeline of `partitions` partitions beside the others (issue #16's pipeline page): a batch
+    a minute for `days`, lag and watermark samples as prune keeps them, an evaluation with its
+    troubles spread across the partitions (the worst far from the first rows), start reports."""
+    from dashboard.models import (
+        Batch,
+        Incident,
+        LagSample,
+        Pipeline,
+        PipelineEvaluation,
+        StartReport,
+        Store,
+        WatermarkSample,
+    )
+    from offsetwatch.lib.packing import pack, pack_partitions
+    from offsetwatch.lib.pgcopy import copy_insert
+
+    rng = random.Random(16)
+    t0 = time.perf_counter()
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    store = Store.objects.get(name="hbase-prod")
+    cluster = store.cluster
+    big = Pipeline.objects.create(store=store, topic="clickstream", group="sessionizer")
+    parts = list(range(partitions))
+    offsets = [rng.randint(10**8, 10**9) for _ in parts]
+    batches = []
+    minutes = days * 24 * 60
+    for i in range(minutes):
+        offsets = [o + rng.randint(500, 1500) for o in offsets]
+        at = now - timedelta(minutes=minutes - i)
+        batches.append(Batch(pipeline=big, batch_time_ms=int(at.timestamp() * 1000),
+                             offsets={str(p): o for p, o in zip(parts, offsets)}, records=partitions * 1000))
+    copy_insert(Batch, batches)
+    big.last_batch_ms = batches[-1].batch_time_ms
+    big.recent_batch_ms = [b.batch_time_ms for b in batches[-Pipeline.RECENT_BATCHES:]]
+    big.save()
+
+    times = [now - timedelta(hours=h) for h in range(days * 24, 7 * 24, -1)]
+    times += [now - timedelta(minutes=m) for m in range(min(days, 7) * 24 * 60, 24 * 60, -1)]
+    times += [now - timedelta(seconds=s) for s in range(24 * 3600, 0, -10)]
+    ids, zeros = pack_partitions(parts), pack([0] * partitions)
+    committed = list(offsets)
+    lag_rows, wm_rows = [], []
+    for at in times:
+        highs = [c + rng.randint(0, 5000) for c in committed]
+        lag_rows.append(LagSample(pipeline=big, sampled_at=at, total_lag=sum(h - c for h, c in zip(highs, committed)),
+                                  partitions=ids, committed=pack(committed), last_batch_ms=big.last_batch_ms))
+        wm_rows.append(WatermarkSample(cluster=cluster, topic="clickstream", sampled_at=at, partitions=ids,
+                                       lows=zeros, highs=pack(highs)))
+        committed = [c + rng.randint(0, 300) for c in committed]
+    copy_insert(LagSample, lag_rows)
+    copy_insert(WatermarkSample, wm_rows)
+
+    # Troubles far from partition 0: one out of range (ERR), a few stalled and stopped, some near
+    # retention; the rest lagging a little. The page must show them first whatever their number.
+    err, stalled = partitions - 63, set(rng.sample(parts, k=min(12, partitions)))
+    rows = []
+    for p, c in zip(parts, committed):
+        lag = rng.randint(0, 5000)
+        row = {"partition": p, "committed": c, "low": 0, "high": c + lag, "lag": lag, "state": "lagging" if lag else "ok",
+               "messages_lost": 0, "lag_seconds": lag / 50, "lag_method": "interpolated", "retention_margin": c,
+               "retention_seconds_left": None, "lag_absent": None, "status": "OK", "status_reason": ""}
+        if p in stalled:
+            row["status"], row["status_reason"] = rng.choice(["STALLED", "STOPPED"]), "no offset moved in 10 min"
+        if p % 97 == 5:
+            row["retention_seconds_left"] = rng.uniform(600, 10 * 3600)
+        if p == err:
+            row.update(low=c + 40, lag=None, lag_seconds=None, state="low out-of-range", messages_lost=40,
+                       lag_absent="out of range", retention_margin=-40)
+        rows.append(row)
+    PipelineEvaluation.objects.create(
+        pipeline=big, evaluated_at=now, status=5, reasons=[f"partition {err}: 40 messages were deleted"],
+        partitions=rows, total_lag=sum(r["lag"] or 0 for r in rows), lag_seconds=100.0,
+        lag_seconds_method="interpolated", batch_interval_s=60.0, retention_seconds_left=600.0,
+        worst_partition=0, worst_partition_lag=5000)
+    Incident.objects.bulk_create(
+        [Incident(pipeline=big, partition=None, opened_at=now, worst_status=5, status=5, reasons=["out of range"])]
+        + [Incident(pipeline=big, partition=p, opened_at=now, worst_status=2, status=2, reasons=["stalled"])
+           for p in sorted(stalled)])
+    StartReport.objects.bulk_create([StartReport(pipeline=big, report={
+        "topic": "clickstream", "group": "sessionizer", "offsets": {str(p): o for p, o in zip(parts, offsets)},
+        "decisions": ["resumed from the stored offsets"]}) for _ in range(10)])
+    print(f"built the big pipeline in {time.perf_counter() - t0:.0f} s: {len(batches):,} batches x {partitions:,} "
+          f"partitions, {len(lag_rows):,} lag and watermark samples, partition {err} out of range")
+    return big.pk
+
+
+def time_big(client, pipeline_id: int, partitions: int, n: int, reference_id: int) -> None:
+    """The big pipeline's page and what it loads on demand; the other pipeline's page again
+    beside them (`reference_id`), as this host's load at that moment."""
+    from django.urls import reverse
+
+    page = reverse("pipeline", args=[pipeline_id])
+    live = reverse("pipeline_live", args=[pipeline_id])
+    for label, url in (
+        ("pipeline page of the first pipeline, again", reverse("pipeline", args=[reference_id])),
+        (f"pipeline page, {partitions:,} partitions", page),
+        ("  its live partial", live),
+        ("  live partial, show more (100 rows)", live + "?shown=100"),
+        ("  live partial, only not OK", live + "?only=problems"),
+        ("  live partial, one partition", live + f"?partition={partitions // 2}"),
+        ("  page, older batches (page 20)", page + "?page=20"),
+        (f"  live partial, all {partitions:,} rows", live + "?shown=all"),
+    ):
+        times, size = timed(client, url, n)
+        p95 = statistics.quantiles(times, n=20)[-1]
+        print(f"{label:<52} {statistics.median(times):>8.1f} {p95:>8.1f} {size:>10,}")
+
+
 def timed(client, url: str, n: int, cold: bool = False) -> tuple[list[float], int]:
     """`cold`: the server-side chart cache is emptied before each request (outside the timing),
     so the chart is computed from the database every time."""
@@ -145,7 +261,10 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=64)
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--overview-pipelines", type=int, default=1000)
-    parser.add_argument("--db", default=DB, help="the benchmark's own PostgreSQL database (dropped and made anew)")
+    parser.add_argument("--db", "--database", dest="db", default=DB,
+                        help="the benchmark's own PostgreSQL database (dropped and made anew)")
+    parser.add_argument("--big-partitions", type=int, default=0, help="add a pipeline of this many partitions")
+    parser.add_argument("--big-days", type=int, default=1, help="days of history of that pipeline")
     args = parser.parse_args()
     fresh_django_database(args.db)
     from django.test import Client
@@ -156,6 +275,7 @@ def main() -> None:
     from tests.factories import person
 
     pipeline_id = build(args.partitions, args.days, args.overview_pipelines)
+    big_id = build_big(args.big_partitions, args.big_days) if args.big_partitions else None
     rollups_backfill_timed()
     subprocess.run(["psql", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", args.db, "-c", "VACUUM ANALYZE"], check=True)
 
@@ -184,6 +304,8 @@ def main() -> None:
             print(f"{label:<52} {statistics.median(times):>8.1f} {p95:>8.1f} {size:>10,}")
         charts_cold(client, chart, args.requests)
 
+        if big_id is not None:
+            time_big(client, big_id, args.big_partitions, args.requests, reference_id=pipeline_id)
 
 def charts_cold(client, chart: str, n: int) -> None:
     """Every chart cold (the Redis chart cache emptied before each request): kind x unit x range,

@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from collectors.record_times import cycle_record_times
 from dashboard.models import Cluster, Store
-from dashboard.monitoring.selectors import cluster_committed, cluster_topics, kafka_client_config, store_read_plan
+from dashboard.monitoring.read_plan import store_read_plan
+from dashboard.monitoring.selectors import cluster_committed, cluster_topics, kafka_client_config
 from dashboard.monitoring.services import source_health_record, store_reading_record, watermarks_record
 from dashboard.rewinds import services as rewinds
 from streamoffsets.errors import OffsetStoreError

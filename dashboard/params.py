@@ -276,3 +276,38 @@ def form_value(parse, name: str, raw: str, *args, **kwargs):
         return parse(name, raw, *args, **kwargs)
     except BadParam as exc:
         raise forms.ValidationError(exc.detail) from None
+
+
+# --- a pipeline page's partition table (issue #16: a pipeline of 1,000 partitions) -------------
+
+PARTITION_ONLY = ("problems",)  # `only=problems`: the partitions whose own status is above OK
+PARTITION_MAX = 2**31 - 1  # Kafka's partition ids are int32
+PARTITIONS_SHOWN_MAX = 10**6  # far above any topic's partition count; larger is a typo
+
+
+@dataclass(frozen=True)
+class PartitionParams:
+    """Which partition rows a pipeline's page shows: the first `shown` (None: all) of those that
+    match `only_problems` and `partition` (None: any), worst first."""
+
+    shown: int | None
+    only_problems: bool = False
+    partition: int | None = None
+
+
+def parse_partition_params(query: QueryDict, *, default_shown: int) -> PartitionParams:
+    """`shown` (a number of rows, or "all"), `only` ("problems") and `partition` (a partition id)."""
+    raw_shown = single(query, "shown")
+    if raw_shown.strip().lower() == "all":
+        shown = None
+    else:
+        try:
+            shown = parse_int(query, "shown", default=default_shown, low=1, high=PARTITIONS_SHOWN_MAX)
+        except BadParam:
+            raise BadParam("shown", raw_shown, f"is not a number of rows from 1 to {PARTITIONS_SHOWN_MAX}, "
+                                               "nor 'all'") from None
+    only = single(query, "only")
+    if only:
+        choice("only", only, PARTITION_ONLY)
+    return PartitionParams(shown=shown, only_problems=bool(only),
+                           partition=parse_int(query, "partition", default=None, low=0, high=PARTITION_MAX))

@@ -1,5 +1,5 @@
-"""Reads of the monitoring area: what the collectors ask (read plans, committed offsets, record
-positions), freshness and collector health, and a pipeline's page (evaluation, batches, incidents,
+"""Reads of the monitoring area: what the collectors ask (committed offsets, record
+positions; read plans are in read_plan.py), freshness and collector health, and a pipeline's page (evaluation, batches, incidents,
 import progress, start reports)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import NamedTuple
 from django.conf import settings
 from django.core.paginator import Page, Paginator
 from django.db import connection
-from django.db.models import BigIntegerField, JSONField, Min, OuterRef, Q, Subquery, Value
+from django.db.models import JSONField, OuterRef, Subquery
 from django.utils import timezone
 
 from dashboard.models import (
@@ -26,67 +26,7 @@ from dashboard.models import (
     StoreProblem,
 )
 from dashboard.monitoring import health as collector_state
-from streamoffsets.stores.reading import ReadPlan
-from streamoffsets.types import PipelineKey
-
-
-def store_read_plan(*, store: Store, now: datetime) -> ReadPlan:
-    """What the next poll of a store reads (three queries at most).
-
-    A pipeline's position is its newest imported batch, never past the future horizon, and just
-    before its oldest planned (not yet committed) checkpoint batch, so that one is read again.
-    The window behind it is searched for rows that arrived late; the batch times already
-    imported there are given so only the missing ones are fetched."""
-    now_ms = int(now.timestamp() * 1000)
-    plan = ReadPlan(
-        now_ms=now_ms, future_tolerance_ms=int(settings.FUTURE_BATCH_TOLERANCE_S * 1000),
-        late_window_ms=int(settings.LATE_BATCH_WINDOW_S * 1000), max_batches=settings.MAX_BATCHES_PER_CYCLE,
-        # Listing an HBase table is a skip scan over its row keys (and every malformed key): it
-        # runs every STORE_DISCOVERY_INTERVAL_S; the other stores list cheaply at every poll.
-        discover=store.kind != Store.Kind.HBASE or store.discovered_at is None
-        or (now - store.discovered_at).total_seconds() >= settings.STORE_DISCOVERY_INTERVAL_S,
-    )
-    rows = store.pipelines.all()
-    if store.kind == Store.Kind.CHECKPOINT:  # only checkpoints have planned batches
-        rows = rows.annotate(oldest_planned=Min("batches__batch_time_ms", filter=Q(batches__committed=False)))
-        rows = rows.values_list("pk", "topic", "group", "last_batch_ms", "oldest_planned")
-    else:
-        rows = rows.values_list("pk", "topic", "group", "last_batch_ms", Value(None, output_field=BigIntegerField()))
-    # Only stores with history look for late rows (the others give their current state).
-    late = plan.late_window_ms > 0 and store.kind in (Store.Kind.HBASE, Store.Kind.CHECKPOINT)
-    windows, keys = [], {}
-    for pk, topic, group, ms, planned in rows:
-        key = PipelineKey(topic, group)
-        position = -1 if ms is None else min(ms, plan.horizon_ms)
-        if planned is not None:
-            position = min(position, planned - 1)
-        plan.positions[key] = position
-        if position >= 0 and late:
-            windows.append((pk, position - plan.late_window_ms, position))
-            keys[pk] = key
-    for pk, ms in _committed_batch_times(windows):
-        plan.recent.setdefault(keys[pk], set()).add(ms)
-    return plan
-
-
-def _committed_batch_times(windows: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
-    """(pipeline id, batch time) of the committed batches in each (pipeline id, from ms, to ms)
-    window, in one query. The windows are a VALUES list joined to the batches: one OR'ed Q per
-    pipeline cost Django ~0.2 ms each to compile (a tenth of a 500-pipeline cycle). They are
-    integers from the database, written into the SQL as int() (nothing a user sends); a VALUES
-    list in a WITH is both PostgreSQL's and SQLite's (the demo's)."""
-    if not windows:
-        return []
-    values = ", ".join(f"({int(pk)}, {int(lo)}, {int(hi)})" for pk, lo, hi in windows)
-    table = connection.ops.quote_name(Batch._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"WITH w(pk, lo, hi) AS (VALUES {values}) SELECT b.pipeline_id, b.batch_time_ms FROM {table} b "
-            "JOIN w ON b.pipeline_id = w.pk AND b.batch_time_ms >= w.lo AND b.batch_time_ms <= w.hi "
-            "WHERE b.committed = %s",
-            [True],
-        )
-        return cursor.fetchall()
+from dashboard.monitoring.partition_rows import BATCH_COLUMNS
 
 
 def cluster_topics(*, cluster: Cluster) -> list[str]:
@@ -239,32 +179,62 @@ class BatchRow:
     gap_s: float | None = None
 
 
-def pipeline_batches(*, pipeline: Pipeline, page: int = 1, per_page: int = 50) -> tuple[Page, list[int], list[BatchRow]]:
-    """One page of the batch history, newest first, with one column per partition seen on it."""
-    # `pipeline` among the loaded fields: the related manager sets it on every row, and a deferred
-    # foreign key made that one query per row (50 per page).
-    paginator = Paginator(pipeline.batches.order_by("-batch_time_ms").only(
-        "pipeline", "batch_time_ms", "offsets", "records", "batch_id", "committed"), per_page)
+def _offsets_of(*, pipeline: Pipeline, batch_times: list[int], partitions: list[int]) -> dict[int, list]:
+    """batch time -> the offsets of `partitions` (None where a batch has none) of those batches.
+
+    On PostgreSQL the database picks them: a batch of 1,000 partitions holds ~18 KB of JSON,
+    and 50 of them decoded here cost 20-35 ms, against 2 ms for jsonb_to_record, which reads
+    each batch's JSON once (`offsets ->> key` per column would decompress it once per column:
+    60 ms for ten). Elsewhere (SQLite, the demo) the JSON is decoded here."""
+    if not batch_times or not partitions:
+        return {ms: [None] * len(partitions) for ms in batch_times}
+    if connection.vendor != "postgresql":
+        rows = pipeline.batches.filter(batch_time_ms__in=batch_times).values_list("batch_time_ms", "offsets")
+        return {ms: [offsets.get(str(p)) for p in partitions] for ms, offsets in rows}
+    # The column names are the partitions' numbers (ints from the evaluation), quoted; as text, so
+    # no stored value can make the query fail (the stored offsets are whole numbers).
+    columns = ", ".join(f"{connection.ops.quote_name(str(int(p)))} text" for p in partitions)
+    sql = (f"SELECT b.batch_time_ms, x.* FROM {Batch._meta.db_table} b, jsonb_to_record(b.offsets) AS x({columns}) "
+           "WHERE b.pipeline_id = %s AND b.batch_time_ms = ANY(%s)")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [pipeline.pk, batch_times])
+        return {ms: [None if o is None else int(o) if o.lstrip("-").isdigit() else o for o in offsets]
+                for ms, *offsets in cursor.fetchall()}
+
+
+def pipeline_batches(
+    *, pipeline: Pipeline, page: int = 1, per_page: int = 50, partitions: list[int] | None = None,
+) -> tuple[Page, list[int], list[BatchRow]]:
+    """One page of the batch history, newest first, with the offsets of `partitions` (the page's
+    columns: read apart, whatever the batches' width), or, when None (no evaluation yet), of the
+    first BATCH_COLUMNS partitions seen on the page."""
+    paginator = Paginator(pipeline.batches.order_by("-batch_time_ms").values_list(
+        "batch_time_ms", "records", "batch_id", "committed"), per_page)
     page_obj = paginator.get_page(page)
-    batches: list[Batch] = list(page_obj.object_list)
-    partitions = sorted({int(p) for b in batches for p in b.offsets})
+    batches = list(page_obj.object_list)
+    times = [b[0] for b in batches]
+    if partitions is None:
+        found = dict(pipeline.batches.filter(batch_time_ms__in=times).values_list("batch_time_ms", "offsets"))
+        partitions = sorted({int(p) for offsets in found.values() for p in offsets})[:BATCH_COLUMNS]
+        offsets = {ms: [o.get(str(p)) for p in partitions] for ms, o in found.items()}
+    else:
+        offsets = _offsets_of(pipeline=pipeline, batch_times=times, partitions=partitions)
     # The cadence of the page's oldest row needs the batch just before it (on the next page).
     before = None
     if batches:
-        before = pipeline.batches.filter(batch_time_ms__lt=batches[-1].batch_time_ms).order_by(
+        before = pipeline.batches.filter(batch_time_ms__lt=times[-1]).order_by(
             "-batch_time_ms").values_list("batch_time_ms", flat=True).first()
-    older_ms = [b.batch_time_ms for b in batches[1:]] + [before]
     rows = [
         BatchRow(
-            batch_time=datetime.fromtimestamp(b.batch_time_ms / 1000, tz=dt_timezone.utc),
-            batch_time_ms=b.batch_time_ms,
-            offsets=[b.offsets.get(str(p)) for p in partitions],
-            records=b.records,
-            batch_id=b.batch_id,
-            committed=b.committed,
-            gap_s=None if prev is None else (b.batch_time_ms - prev) / 1000,
+            batch_time=datetime.fromtimestamp(ms / 1000, tz=dt_timezone.utc),
+            batch_time_ms=ms,
+            offsets=offsets.get(ms, [None] * len(partitions)),
+            records=records,
+            batch_id=batch_id,
+            committed=committed,
+            gap_s=None if prev is None else (ms - prev) / 1000,
         )
-        for b, prev in zip(batches, older_ms)
+        for (ms, records, batch_id, committed), prev in zip(batches, times[1:] + [before])
     ]
     return page_obj, partitions, rows
 

@@ -29,6 +29,7 @@ from dashboard.monitoring.overview import (
     overview_rows,
     pipelines_metrics,
 )
+from dashboard.monitoring.partition_rows import PARTITIONS_SHOWN, batch_columns, partition_view
 from dashboard.monitoring.selectors import (
     broker_check,
     cluster_names,
@@ -141,15 +142,29 @@ def _overview_paging(request, *, page: int, pages: int, total: int, first: int, 
 
 
 def _pipeline_context(request, pipeline: Pipeline) -> dict:
-    """The page's context; raises BadParam for bad chart parameters."""
+    """The page's context; raises BadParam for bad chart parameters and page. A bad parameter of
+    the partition table is `partition_error`: the page says it next to the table's form (400)
+    and shows the table's default rows."""
     chart = params.parse_chart_params(request.GET, now=timezone.now())
     page = params.parse_int(request.GET, "page", default=1, low=1, high=10**9)
-    page_obj, batch_partitions, batch_rows = pipeline_batches(pipeline=pipeline, page=page)
+    evaluation = pipeline_evaluation(pipeline=pipeline)
+    partition_error = None
+    try:
+        asked = params.parse_partition_params(request.GET, default_shown=PARTITIONS_SHOWN)
+    except params.BadParam as exc:
+        partition_error, asked = exc, params.PartitionParams(shown=PARTITIONS_SHOWN)
+    view = partition_view(rows=evaluation.partitions if evaluation else [], params=asked,
+                          retention_warn_s=settings.RETENTION_WARN_S)
+    page_obj, batch_partitions, batch_rows = pipeline_batches(
+        pipeline=pipeline, page=page, partitions=batch_columns(view) if view.total else None)
     return {
         "pipeline": pipeline,
         "freshness": pipeline_freshness(pipeline=pipeline),
         "import_progress": pipeline_import_progress(pipeline=pipeline, now=timezone.now()),
-        "evaluation": pipeline_evaluation(pipeline=pipeline),
+        "evaluation": evaluation,
+        "partitions": view,
+        "partition_links": _partition_links(request, view),
+        "partition_error": partition_error,
         "incidents": pipeline_incidents(pipeline=pipeline),
         "start_reports": pipeline_start_reports(pipeline=pipeline),
         "rewinds": pipeline_rewinds(pipeline=pipeline),
@@ -158,9 +173,10 @@ def _pipeline_context(request, pipeline: Pipeline) -> dict:
         "page_obj": page_obj,
         "batch_partitions": batch_partitions,
         "batch_rows": batch_rows,
+        "batch_pages": _batch_page_links(request, page_obj),
         "problems": store_problems(store=pipeline.store),
         "chart": chart,
-        # The chart's parameters as a query string: the chart, export and page links keep them.
+        # The chart's parameters as a query string: the chart and export links keep them.
         "chart_query": urlencode(chart.query()),
         "range_query": urlencode(chart.range.query()),
         "ranges": list(params.RANGES),
@@ -170,13 +186,48 @@ def _pipeline_context(request, pipeline: Pipeline) -> dict:
     }
 
 
+def _query_link(request, **changes) -> str:
+    """This page's query string with `changes` (None: the parameter dropped): every other parameter
+    (the chart's, the batch page, the partition table's) is kept, so the link is the same view
+    but for that."""
+    query = request.GET.copy()
+    for name, value in changes.items():
+        if value is None:
+            query.pop(name, None)
+        else:
+            query[name] = str(value)
+    return "?" + query.urlencode()
+
+
+def _partition_links(request, view) -> dict:
+    """The partition table's links: the next rows, all of them, only those not OK, the worst first
+    again (dropping the filters)."""
+    shown = len(view.rows)
+    return {
+        "step": min(view.more, PARTITIONS_SHOWN),
+        "default_shown": PARTITIONS_SHOWN,
+        "more": _query_link(request, shown=shown + PARTITIONS_SHOWN) if view.more else "",
+        "all": _query_link(request, shown="all") if view.more else "",
+        "problems": _query_link(request, only="problems", partition=None, shown=None)
+        if view.problems and not view.params.only_problems else "",
+        "reset": _query_link(request, only=None, partition=None, shown=None)
+        if view.params != params.PartitionParams(shown=PARTITIONS_SHOWN) else "",
+    }
+
+
+def _batch_page_links(request, page_obj) -> dict:
+    return {"newer": _query_link(request, page=page_obj.previous_page_number()) if page_obj.has_previous() else "",
+            "older": _query_link(request, page=page_obj.next_page_number()) if page_obj.has_next() else ""}
+
+
 @require_GET
 @role_required(VIEWER)
 @bad_params_answered(page=True)
 def pipeline_detail(request, pipeline_id: int):
     pipeline = _pipeline_or_404(pipeline_id)
-    return render(request, "dashboard/pipeline.html", {**_pipeline_context(request, pipeline),
-                                                       **oncall_context(request, pipeline)})
+    context = _pipeline_context(request, pipeline)
+    return render(request, "dashboard/pipeline.html", {**context, **oncall_context(request, pipeline)},
+                  status=400 if context["partition_error"] else 200)
 
 
 @require_GET
@@ -184,7 +235,10 @@ def pipeline_detail(request, pipeline_id: int):
 @bad_params_answered(page=True)
 def pipeline_live(request, pipeline_id: int):
     pipeline = _pipeline_or_404(pipeline_id)
-    return render(request, "dashboard/partials/pipeline_live.html", _pipeline_context(request, pipeline))
+    context = _pipeline_context(request, pipeline)
+    if context["partition_error"]:
+        raise context["partition_error"]  # the polling keeps what it shows; the page says it by its form
+    return render(request, "dashboard/partials/pipeline_live.html", context)
 
 
 @require_GET

@@ -13,7 +13,7 @@ from streamoffsets.types import BatchOffsets, PipelineKey, RowProblem
 
 @dataclass
 class ReadPlan:
-    """What one poll of a store reads (dashboard.monitoring.selectors.store_read_plan builds it)."""
+    """What one poll of a store reads (dashboard.monitoring.read_plan.store_read_plan builds it)."""
 
     # Per known pipeline: the newest batch time imported (-1: none yet). New rows are read after it.
     positions: dict[PipelineKey, int] = field(default_factory=dict)

@@ -12,7 +12,7 @@ from django.db.models import Q
 
 from dashboard.models import Batch, Incident, LagSample, Pipeline
 from dashboard.monitoring import evaluation as monitoring_evaluation
-from dashboard.monitoring.selectors import _committed_batch_times, store_read_plan
+from dashboard.monitoring.read_plan import _committed_batch_times, store_read_plan
 from offsetwatch.lib.pgupdate import values_update
 from streamoffsets.kafka import WatermarkResult
 from streamoffsets.types import Watermarks

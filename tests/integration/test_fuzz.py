@@ -42,7 +42,7 @@ TIMES = [
     "253402300799999", "253402300800000", "-1", "2026-11-22T13:00:00.123456789", "now", "today",
 ]
 CHOICES = ["all", "total", "partitions", "seconds", "messages", "15m", "30d", "1y", "OK,ERR", "ok", ",", "OK,,OK",
-           "minmax", "lttb", "rewind", "rewind.requested", "batch", "latest"]
+           "minmax", "lttb", "rewind", "rewind.requested", "batch", "latest", "problems"]
 
 KINDS = {"number": NUMBERS, "time": TIMES, "choice": CHOICES, "text": []}
 
@@ -51,11 +51,13 @@ _AUDIT = {"pipeline": "number", "actor": "text", "action": "choice", "q": "text"
           "before": "number"}
 _OVERVIEW = {"status": "choice", "store": "text", "cluster": "text", "q": "text", "archived": "choice", "sort": "choice",
              "page": "number"}
+# The pipeline page: its chart, its batch page, its partition table's rows (how many, which).
+_PIPELINE = {**_CHART, "page": "number", "shown": "number", "only": "choice", "partition": "number"}
 
 # GET route -> {parameter: kind}. Every GET route is here, parameters or not.
 PARAMS = {
     "overview": _OVERVIEW, "overview_live": _OVERVIEW,
-    "pipeline": {**_CHART, "page": "number"}, "pipeline_live": {**_CHART, "page": "number"},
+    "pipeline": _PIPELINE, "pipeline_live": _PIPELINE,
     "pipeline_status": {},
     "pipeline_lag_chart": _CHART,
     "pipeline_chart_png": {**_CHART, "width": "number", "height": "number"},

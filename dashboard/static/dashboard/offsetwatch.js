@@ -5,6 +5,9 @@
 //                              chart after each re-render
 //   data-chart-url="URL"       draw the plotly figure (JSON) from URL into this element
 //   <select data-autosubmit>   submit its form when the choice changes
+//   <a data-partial-link>      inside a polled element: becomes the page's address (shareable,
+//                              and kept by the polling) and re-renders that element at once,
+//                              without reloading the page (e.g. a partition table's "show more")
 "use strict";
 
 async function drawChart(el) {
@@ -20,17 +23,33 @@ async function drawChart(el) {
 function pollPartial(el) {
   const url = el.dataset.pollUrl;
   const redraws = el.dataset.pollRedraws;
-  async function tick() {
+  let latest = 0;  // only the newest request's answer is shown (a click may overtake a poll)
+  let timer = null;
+  async function refresh() {
+    const mine = ++latest;
     try {
       const resp = await fetch(url + window.location.search, {credentials: "same-origin"});
-      if (resp.ok) {
+      if (resp.ok && mine === latest) {
         el.innerHTML = await resp.text();
         if (redraws) drawChart(document.getElementById(redraws));
       }
     } catch (e) { /* network blip: keep the last render and try again */ }
-    setTimeout(tick, document.hidden ? 30000 : 5000);
   }
-  setTimeout(tick, 5000);
+  async function tick() {
+    await refresh();
+    clearTimeout(timer);  // a click's tick and the poll's may both end here: one timer goes on
+    timer = setTimeout(tick, document.hidden ? 30000 : 5000);
+  }
+  el.addEventListener("click", (event) => {
+    const link = event.target.closest("a[data-partial-link]");
+    if (!link || event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey || event.altKey) return;
+    event.preventDefault();
+    history.pushState(null, "", link.href);
+    clearTimeout(timer);
+    tick();
+  });
+  window.addEventListener("popstate", () => { clearTimeout(timer); tick(); });
+  timer = setTimeout(tick, 5000);
 }
 
 document.querySelectorAll("[data-chart-url]").forEach(drawChart);
