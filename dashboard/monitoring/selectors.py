@@ -189,8 +189,7 @@ def _offsets_of(*, pipeline: Pipeline, batch_times: list[int], partitions: list[
     if not batch_times or not partitions:
         return {ms: [None] * len(partitions) for ms in batch_times}
     if connection.vendor != "postgresql":
-        rows = pipeline.batches.filter(batch_time_ms__in=batch_times).values_list("batch_time_ms", "offsets")
-        return {ms: [offsets.get(str(p)) for p in partitions] for ms, offsets in rows}
+        return _offsets_decoded_here(pipeline=pipeline, batch_times=batch_times, partitions=partitions)
     # The column names are the partitions' numbers (ints from the evaluation), quoted; as text, so
     # no stored value can make the query fail (the stored offsets are whole numbers).
     columns = ", ".join(f"{connection.ops.quote_name(str(int(p)))} text" for p in partitions)
@@ -200,6 +199,12 @@ def _offsets_of(*, pipeline: Pipeline, batch_times: list[int], partitions: list[
         cursor.execute(sql, [pipeline.pk, batch_times])
         return {ms: [None if o is None else int(o) if o.lstrip("-").isdigit() else o for o in offsets]
                 for ms, *offsets in cursor.fetchall()}
+
+
+def _offsets_decoded_here(*, pipeline: Pipeline, batch_times: list[int], partitions: list[int]) -> dict[int, list]:
+    """_offsets_of on a database without jsonb_to_record: each batch's JSON decoded in Python."""
+    rows = pipeline.batches.filter(batch_time_ms__in=batch_times).values_list("batch_time_ms", "offsets")
+    return {ms: [offsets.get(str(p)) for p in partitions] for ms, offsets in rows}
 
 
 def pipeline_batches(
