@@ -127,6 +127,23 @@ def test_a_stopped_job_pages_its_owners_channel_through_beat_and_the_worker(depl
                                f"result = list(Notification.objects.filter(pipeline_id={world['pipeline']}, "
                                "event='incident.opened').values_list('status', flat=True))")
     assert sent == ["sent"]
+    # The worker's delivery is kept on the channel: what the overview's banner and /metrics read.
+    state = deployed.shell_json("from dashboard.models import Channel\n"
+                                "c = Channel.objects.get(name='payments on-call')\n"
+                                "result = [c.last_sent_at is not None, c.failing]")
+    assert state == [True, False]
+
+
+def test_the_workers_cluster_polls_write_the_charts_roll_ups(deployed, world):
+    """Issue #16: the roll-ups the long charts read are written by the deployed worker's cluster
+    polls (beat -> worker), per minute and per hour, with the pipeline's partitions."""
+    def rolled_up():
+        return deployed.shell_json(
+            "from dashboard.models import ChartRollup\n"
+            f"rows = ChartRollup.objects.filter(pipeline_id={world['pipeline']})\n"
+            "result = sorted({r.resolution_s for r in rows if r.lags})")
+
+    assert wait_for(rolled_up, timeout_s=30, interval_s=0.5) == [60, 3600], deployed.logs(["worker"], lines=200)
 
 
 def test_an_approved_rewind_is_announced_on_the_webhook_through_the_worker(deployed, world, peer_network):
