@@ -216,7 +216,7 @@ class Deployment:
                 str(BIN / "gunicorn"), "offsetwatch.wsgi", f"--bind={LOOPBACK}:{self.web_port}",
                 f"--workers={self.web_workers}", "--timeout=120", "--access-logfile=-",
                 f"--forwarded-allow-ips={LOOPBACK}"],
-                self.env, self.log_dir / "web.log", lambda: port_is_open(self.web_port)),
+                self.env, self.log_dir / "web.log", self._web_answers),
             "worker": Proc("worker", [
                 celery, "-A", "offsetwatch.celery", "worker", "--loglevel=INFO", "-Q", "collect,default",
                 "-c", str(self.worker_concurrency), "-n", f"worker@{self.web_port}"],
@@ -227,6 +227,19 @@ class Deployment:
                 f"--schedule={self.run_dir / 'celerybeat-schedule'}"],
                 self.env, self.log_dir / "beat.log", lambda: "beat: Starting" in self._log_text("beat", since_start=True)),
         }
+
+    def _web_answers(self) -> bool:
+        """Ready when a request is answered, not when the port opens: gunicorn's master listens
+        before its workers have imported Django (seconds), and requests wait for them meanwhile."""
+        if not port_is_open(self.web_port):
+            return False
+        try:
+            with urllib.request.urlopen(f"http://{LOOPBACK}:{self.web_port}/healthz", timeout=1.0):
+                return True
+        except urllib.error.HTTPError:
+            return True  # answered (503 while PostgreSQL is away): the web itself is up
+        except (urllib.error.URLError, OSError):
+            return False
 
     def _pg_ready(self) -> bool:
         result = subprocess.run([_postgres_bin("pg_isready"), "-h", LOOPBACK, "-p", str(self.pg_port), "-U", "postgres",

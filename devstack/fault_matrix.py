@@ -229,8 +229,15 @@ class Sampler(threading.Thread):
                 self.polls[source].add(at)
                 self.poll_seen_at.append((t, source, at))
 
-    def polls_between(self, source: str, start: float, end: float) -> int:
-        return sum(1 for t, s, _ in self.poll_seen_at if s == source and start <= t < end)
+    def poll_gaps(self, sources: list[str], start: float, end: float) -> list[float]:
+        """The seconds between consecutive polls of each source seen in [start, end), from the
+        polls' own start times (the database's), not from when the sampler noticed them: over a
+        window of a few intervals, counting polls is off by up to one poll per source."""
+        gaps = []
+        for source in sources:
+            ats = sorted(at for t, s, at in self.poll_seen_at if s == source and start <= t < end)
+            gaps += [(b - a).total_seconds() for a, b in zip(ats, ats[1:])]
+        return gaps
 
 
 def _states(body) -> dict[str, str]:
@@ -298,6 +305,22 @@ def _in_flight(dep: FaultRun, source: str) -> bool:
         return False
 
 
+def _poll_start_wait(dep: FaultRun, sources: list[str], timeout_s: float) -> bool:
+    """Wait until a poll of one of `sources` starts (its lock taken since the last look), at most
+    `timeout_s`. A poll already in flight may be about to end: a freeze then lands between two
+    polls and is seen only after the next one has hung, which measures the beat's phase, not the
+    detection. True if a start was seen."""
+    was = {s: _in_flight(dep, s) for s in sources}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        now = {s: _in_flight(dep, s) for s in sources}
+        if any(now[s] and not was[s] for s in sources):
+            return True
+        was = now
+        time.sleep(0.01)
+    return False
+
+
 def apply_fault(run: FaultRun, component: str, fault: str) -> None:
     import os
     import signal
@@ -348,9 +371,9 @@ def run_row(dep: FaultRun, sources: Sources, component: str, fault: str, *, hold
         before_start = time.monotonic()
         time.sleep(2 * interval)
         before_end = time.monotonic()
-        if component in SERVER_NAMES:  # really during: a poll of the source is inside its call
+        if component in SERVER_NAMES:  # really during: a poll of the source has just entered its call
             affected = [ids[s] for s in AFFECTS[component]]
-            wait_until(lambda: any(_in_flight(dep, s) for s in affected), 3 * interval, every_s=0.02)
+            _poll_start_wait(dep, affected, 3 * interval)
         t0 = time.monotonic()
         apply_fault(dep, component, fault)
         detected = wait_until(lambda: shows_fault(component, *sampler.api[-1][1:], ids) and sampler.api[-1][0] > t0,
@@ -374,12 +397,19 @@ def run_row(dep: FaultRun, sources: Sources, component: str, fault: str, *, hold
         untouched = [i for kind, i in ids.items()
                      if "all" not in AFFECTS[component] and kind not in AFFECTS[component]]
         if untouched:
-            before = sum(sampler.polls_between(s, before_start, before_end) for s in untouched)
-            during = sum(sampler.polls_between(s, t0, restore_started) for s in untouched)
+            # The mean time between two polls of the untouched sources, during the fault against
+            # before it (a source not polled twice in the fault's window counts as one gap as
+            # long as the window: a starved source is not averaged away).
+            before = sampler.poll_gaps(untouched, before_start, before_end)
+            during = sampler.poll_gaps(untouched, t0, restore_started)
+            starved = [s for s in untouched if len(sampler.poll_gaps([s], t0, restore_started)) == 0]
+            during += [restore_started - t0] * len(starved)
             if before and during:
-                row.cadence = round(((restore_started - t0) / during) / ((before_end - before_start) / before), 2)
+                row.cadence = round((sum(during) / len(during)) / (sum(before) / len(before)), 2)
             else:
-                row.notes.append(f"untouched sources polled {before} times before and {during} during")
+                row.notes.append(f"untouched sources: {len(before)} gaps between polls before, {len(during)} during")
+            if starved:
+                row.notes.append(f"untouched sources not polled twice during the fault: {', '.join(starved)}")
         time.sleep(settle_s)
     finally:
         sampler.stopped.set()
