@@ -173,19 +173,16 @@ class StatusResult:
 
 
 def _aligned(a: dict[int, int], b: dict[int, int]) -> bool:
-    """True when both dicts list the same partitions in the same order (values() then line up)."""
-    return len(a) == len(b) and tuple(a) == tuple(b)
-
-
-def _lag(sample: Sample) -> int:
-    return sample.lag if sample.lag is not None else sample_lag(sample.committed, sample.high)
+    """True when both dicts list the same partitions in the same order (values() then line up).
+    (Lists, not tuples: list(dict) is the cheaper copy of the keys.)"""
+    return len(a) == len(b) and list(a) == list(b)
 
 
 def sample_lag(committed: dict[int, int], high: dict[int, int]) -> int:
     """Total lag of one sample (positive per-partition lags of partitions in both), at C speed
     when both dicts list the same partitions in the same order; equals total_lag() of its
     evaluations."""
-    if _aligned(committed, high):
+    if len(committed) == len(high) and list(committed) == list(high):  # _aligned, inlined: once per sample
         diffs = list(map(sub, high.values(), committed.values()))
     else:
         diffs = [high[p] - c for p, c in committed.items() if p in high]
@@ -230,35 +227,30 @@ def evaluate_status(
     5. WARN: lag grew at every step of a window of at least 3 samples;
     6. OK otherwise.
     """
-    reasons: list[str] = []
-    worst = Status.OK
-
-    def flag(status: Status, reason: str) -> None:
-        nonlocal worst
-        worst = max(worst, status)
-        reasons.append(reason)
+    # (status, reason) of every rule that fires, in rule order; the worst status wins at the end.
+    fired: list[tuple[Status, str]] = []
 
     # The states are collected at C speed; the partitions are walked only when one is out of range.
     if not _OUT_OF_RANGE.isdisjoint(map(_state_of, partitions)):
-        for e in partitions:
-            if e.state is _LOW or e.state is _HIGH:
-                flag(Status.ERR, e.describe())
+        fired += [(Status.ERR, e.describe()) for e in partitions if e.state is _LOW or e.state is _HIGH]
 
     ordered = sorted(window, key=_at_of)
+    committed = list(map(_committed_of, ordered))
     # When every sample lists the same partitions in the same order (the usual case), each pair
     # is compared at C speed and only a pair that went back is looked at partition by partition.
-    keys = tuple(ordered[-1].committed) if ordered else ()
-    aligned = all(map(keys.__eq__, map(tuple, map(_committed_of, ordered))))
-    for earlier, later in zip(ordered, ordered[1:]):
-        if aligned and not any(map(lt, later.committed.values(), earlier.committed.values())):
+    keys = list(committed[-1]) if committed else []
+    aligned = all(map(keys.__eq__, map(list, committed[:-1])))
+    for earlier, later in zip(committed, committed[1:]):
+        if aligned and not any(map(lt, later.values(), earlier.values())):
             continue
-        back = _went_back(earlier.committed, later.committed)
+        back = _went_back(earlier, later)
         if back:
             where = ", ".join(f"partition {p} {a:,} -> {b:,}" for p, (a, b) in sorted(back.items()))
-            flag(Status.REWOUND, f"offsets went backwards: {where}")
+            fired.append((Status.REWOUND, f"offsets went backwards: {where}"))
 
+    # Each sample's total lag, computed once (the collectors store it with all but the newest).
+    lags = [s.lag if s.lag is not None else sample_lag(s.committed, s.high) for s in ordered]
     latest = ordered[-1] if ordered else None
-    lags = [_lag(s) for s in ordered]  # each sample's total lag, computed once
     lag_now = lags[-1] if lags else 0
     if latest and latest.last_batch_s is not None:
         threshold = thresholds.stop_threshold_s(interval_s, stop_after_intervals, min_stale_s)
@@ -267,32 +259,32 @@ def evaluate_status(
             # The cadence is named only when known (one batch alone has none).
             expected = f" (expected one every {human_duration(interval_s)})" if interval_s else ""
             if lag_now > 0:
-                flag(Status.ERR, f"stopped with {lag_now:,} messages waiting: no batch for "
-                                 f"{human_duration(silent)}{expected}")
+                fired.append((Status.ERR, f"stopped with {lag_now:,} messages waiting: no batch for "
+                                          f"{human_duration(silent)}{expected}"))
             else:
-                flag(Status.STOPPED, f"no batch for {human_duration(silent)}{expected}; nothing is waiting")
+                fired.append((Status.STOPPED, f"no batch for {human_duration(silent)}{expected}; nothing is waiting"))
         elif len(ordered) >= 2 and lag_now > 0:
             # The stretch at the end of the window where no offset moved: stalled when it is long
             # enough (stall_after_intervals batch intervals) and batches kept coming during it.
             # Only samples with messages waiting count: a caught-up job is not stalled when records arrive.
             start = len(ordered) - 1
-            while start > 0 and ordered[start - 1].committed == latest.committed and lags[start - 1] > 0:
+            while start > 0 and committed[start - 1] == latest.committed and lags[start - 1] > 0:
                 start -= 1
-            frozen = ordered[start]
-            span = latest.at_s - frozen.at_s
-            long_enough = span >= stall_after_intervals * interval_s if interval_s else start < len(ordered) - 1
-            batches_came = frozen.last_batch_s is not None and latest.last_batch_s > frozen.last_batch_s
-            if start < len(ordered) - 1 and long_enough and batches_came:
-                flag(Status.STALLED, f"batches keep coming but no offset moved in {span:,.0f} s "
-                                     f"while {lag_now:,} messages wait")
+            if start < len(ordered) - 1:  # the newest sample alone is no stretch (the usual case)
+                frozen = ordered[start]
+                span = latest.at_s - frozen.at_s
+                long_enough = span >= stall_after_intervals * interval_s if interval_s else True
+                batches_came = frozen.last_batch_s is not None and latest.last_batch_s > frozen.last_batch_s
+                if long_enough and batches_came:
+                    fired.append((Status.STALLED, f"batches keep coming but no offset moved in {span:,.0f} s "
+                                                  f"while {lag_now:,} messages wait"))
 
-    if len(ordered) >= thresholds.LAG_GROWING_MIN_SAMPLES:
-        if all(map(lt, lags, lags[1:])):
-            flag(Status.WARN, f"lag grew at every sample of the last {latest.at_s - ordered[0].at_s:,.0f} s: "
-                              f"{lags[0]:,} -> {lags[-1]:,}")
-    if worst is Status.OK:
-        reasons.append("consuming normally" if lag_now else "caught up")
-    return StatusResult(worst, reasons)
+    if len(ordered) >= thresholds.LAG_GROWING_MIN_SAMPLES and all(map(lt, lags, lags[1:])):
+        fired.append((Status.WARN, f"lag grew at every sample of the last {latest.at_s - ordered[0].at_s:,.0f} s: "
+                                   f"{lags[0]:,} -> {lags[-1]:,}"))
+    if not fired:
+        return StatusResult(Status.OK, ["consuming normally" if lag_now else "caught up"])
+    return StatusResult(max(status for status, _ in fired), [reason for _, reason in fired])
 
 
 # --- lag in seconds ---------------------------------------------------------------------------

@@ -84,16 +84,17 @@ def partition_status(
     # STALLED only if its offset is the same in the newest sample at least stall_s old (ref);
     # STOPPED only if it was written threshold before the newest write.
     ref = None
+    ref_at_s = latest.at_s - stall_s
     for sample in reversed(ordered):
-        if sample.at_s <= latest.at_s - stall_s:
+        if sample.at_s <= ref_at_s:
             ref = sample
             break
     candidates: set[int] = set()
     if ref is not None:
         before = ref.committed
-        if len(before) == len(now_committed) and tuple(before) == tuple(now_committed):
-            same = map(eq, now_committed.values(), before.values())
-            candidates.update(compress(now_committed, same))
+        # Same partitions in the same order (the usual case): the offsets are paired at C speed.
+        if len(before) == len(now_committed) and list(before) == list(now_committed):
+            candidates.update(compress(now_committed, map(eq, now_committed.values(), before.values())))
         else:
             candidates.update(p for p, c in now_committed.items() if before.get(p) == c)
     by_time = sorted(((t, q) for q, t in written_ms.items()), reverse=True) if written_ms else []
@@ -103,12 +104,12 @@ def partition_status(
             if t > cutoff:
                 break
             candidates.add(q)
+    if not candidates:
+        return []  # no partition can be stuck (the usual case)
     # The partitions that advanced since each sample, by the sample's index (a frozen stretch
     # starts at one of them): computed once per pipeline, not per partition.
     advanced_since: dict[int, list[int]] = {}
     out: list[PartitionStatus] = []
-    if not candidates:
-        return out
     if callable(lags):
         lags = lags()
     for p in sorted(candidates):
@@ -158,6 +159,8 @@ def merge_into(result: StatusResult, partitions: Sequence[PartitionStatus]) -> S
     """Rule 4: the pipeline's status is the worst of its own and its partitions'; the flagged
     partitions' reasons are listed after the pipeline's own (the first NAMED_AT_MOST, then a
     count of the rest), and "consuming normally" / "caught up" no longer stand beside them."""
+    if not partitions:
+        return result  # nothing flagged (the usual case)
     flagged = [ps for ps in partitions if ps.status > Status.OK]
     if not flagged:
         return result
