@@ -1,6 +1,7 @@
 """The collection cycle's faster database paths write and read exactly what the plain Django
 ones did (#16): the incidents' VALUES update against bulk_update, the read plan's late-row
-windows against an OR'ed Q per pipeline, and the evaluation's newest-n lag samples against every
+windows against an OR'ed Q per pipeline, each pipeline's newest batch by a LATERAL probe against
+correlated subqueries, and the evaluation's newest-n lag samples against every
 sample of the window's span cut to its last n."""
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from django.db.models import Q
 from dashboard.models import Batch, Incident, LagSample, Pipeline
 from dashboard.monitoring import evaluation as monitoring_evaluation
 from dashboard.monitoring.read_plan import _committed_batch_times, store_read_plan
+from dashboard.monitoring.selectors import _newest_batches_lateral, _newest_batches_subqueries, newest_batches
 from offsetwatch.lib.pgupdate import values_update
 from streamoffsets.kafka import WatermarkResult
 from streamoffsets.types import Watermarks
@@ -84,6 +86,24 @@ def test_the_late_row_windows_read_what_an_ored_q_reads():
     assert sorted(_committed_batch_times(windows)) == expected
     assert len(expected) > 8  # windows of several batches each, the uncommitted ones left out
     assert _committed_batch_times([]) == []
+
+
+def test_the_newest_batches_probe_reads_what_the_subqueries_read():
+    pipelines = [pipeline_row(f"newest-{i}") for i in range(4)]  # the last one has no batch
+    Batch.objects.bulk_create([
+        # Pipeline 0's newest batch is planned (not committed): the committed read takes the one before.
+        Batch(pipeline=p, batch_time_ms=t, offsets={"0": t, "1": i}, committed=not (i == 0 and t == 1000 + 50))
+        for i, p in enumerate(pipelines[:3]) for t in range(1000 + i, 1000 + 51 + i, 10 - i)
+    ])
+    ids = [p.pk for p in pipelines]
+    for committed_only in (False, True):
+        lateral = _newest_batches_lateral(ids, committed_only)
+        assert lateral == _newest_batches_subqueries(ids, committed_only) == newest_batches(
+            pipeline_ids=ids, committed_only=committed_only)
+        assert set(lateral) == set(ids[:3])
+    assert newest_batches(pipeline_ids=ids)[ids[0]] == (1050, {"0": 1050, "1": 0})
+    assert newest_batches(pipeline_ids=ids, committed_only=True)[ids[0]] == (1040, {"0": 1040, "1": 0})
+    assert newest_batches(pipeline_ids=[]) == {}
 
 
 def test_the_read_plan_lists_the_imported_batch_times_behind_each_position(settings):
