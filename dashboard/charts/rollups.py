@@ -106,7 +106,7 @@ def rollups_merge(points: dict[tuple[int, int, datetime], Point], *, keep_existi
         buckets = {b for (_, r, b) in points if r == resolution}
         if buckets:
             wanted |= Q(resolution_s=resolution, bucket__in=buckets)
-    stored = (ChartRollup.objects.filter(wanted, pipeline_id__in={pk for pk, _, _ in points})
+    stored = (ChartRollup.objects.filter(wanted, pipeline_id__any={pk for pk, _, _ in points})
               .values_list("pipeline_id", "resolution_s", "bucket", *_FIELDS))
     points = dict(points)
     for pk, resolution, bucket, *fields in stored:

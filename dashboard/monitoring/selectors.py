@@ -348,7 +348,7 @@ def committed_offsets(*, pipeline_ids: list[int]) -> dict[int, Committed]:
 
 def cluster_committed(*, cluster: Cluster, topics: list[str]) -> tuple[dict[int, str], dict[int, Committed]]:
     """The cluster's pipelines reading `topics` (id -> topic) and their newest stored batches."""
-    pipelines = dict(Pipeline.objects.filter(store__cluster=cluster, topic__in=topics).values_list("pk", "topic"))
+    pipelines = dict(Pipeline.objects.filter(store__cluster=cluster, topic__any=topics).values_list("pk", "topic"))
     return pipelines, committed_offsets(pipeline_ids=list(pipelines))
 
 
