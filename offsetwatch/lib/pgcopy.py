@@ -14,6 +14,7 @@ On other databases (the demo's SQLite) both are bulk_create.
 """
 from __future__ import annotations
 
+import json
 from typing import Iterable, Sequence
 
 from django.db import connection, models, transaction
@@ -22,6 +23,9 @@ _AS_IS = {
     "BigIntegerField", "IntegerField", "PositiveIntegerField", "PositiveSmallIntegerField", "SmallIntegerField",
     "FloatField", "CharField", "TextField", "BooleanField", "BinaryField", "ForeignKey", "OneToOneField", "DateTimeField",
 }
+
+
+_AS_IS_KIND, _JSON, _PREPARED = 0, 1, 2
 
 
 def _copy(cursor, table: str, columns: Sequence[str], rows: Iterable[Sequence]) -> None:
@@ -47,11 +51,23 @@ def copy_insert(model: type[models.Model], objs: Iterable[models.Model], batch_s
         for f in fields:
             if getattr(f, "auto_now_add", False) or getattr(f, "auto_now", False):
                 f.pre_save(obj, add=True)  # as bulk_create does for timestamps
-    # Numbers, text, bytes, booleans and aware datetimes go to psycopg as they are; only other
-    # fields (JSON above all) need Django's preparation. Thousands of rows per cycle.
-    prepared = [(f.attname, f.get_internal_type() not in _AS_IS) for f in fields]
-    rows = ([fields[i].get_db_prep_save(getattr(obj, name), connection) if prep else getattr(obj, name)
-             for i, (name, prep) in enumerate(prepared)] for obj in objs)
+    # Numbers, text, bytes, booleans and aware datetimes go to psycopg as they are; JSON goes as
+    # its compact text (the server parses it into jsonb either way: Django's adapter wrote ", "
+    # and ": ", a tenth of the 2.6 MB of partition rows a 10,000-partition cycle writes); only
+    # other fields need Django's preparation. Thousands of rows per cycle.
+    kinds = [(f.attname, _JSON if isinstance(f, models.JSONField) else _AS_IS_KIND if f.get_internal_type() in _AS_IS
+              else _PREPARED, f) for f in fields]
+
+    def value(obj, name: str, kind: int, field):
+        v = getattr(obj, name)
+        if kind == _AS_IS_KIND or v is None:  # None: SQL NULL (as JSONField.get_db_prep_save writes it)
+            return v
+        if kind == _JSON and not hasattr(v, "resolve_expression"):
+            return json.dumps(field.get_prep_value(v), cls=field.encoder, separators=(",", ":"))
+        return field.get_db_prep_save(v, connection)
+
+    rows = ([getattr(obj, name) if kind == _AS_IS_KIND else value(obj, name, kind, field) for name, kind, field in kinds]
+            for obj in objs)
     with connection.cursor() as cursor:
         _copy(cursor, model._meta.db_table, [f.column for f in fields], rows)
     return len(objs)
