@@ -7,6 +7,8 @@ evaluate, incidents) in the same run, with CPU time, broker requests, database q
 bytes written, and the process's peak RSS.
 
 Run: .venv/bin/python bench/collect_cycle.py [--pipelines 500 --partitions 20 --cycles 3]
+     [--profile /tmp/cycle.prof] [--queries 15]   (where the full cycle's time goes)
+BENCH_DATABASE names the scratch database (default offsetwatch_bench_cycle; it is dropped after).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from benchdb import create_topics, with_lone_kafka_and_database  # noqa: E402
 
-DB = "offsetwatch_bench_cycle"
+DB = os.environ.get("BENCH_DATABASE", "offsetwatch_bench_cycle")  # one per engineer on a shared server
 
 
 def main() -> None:
@@ -31,6 +33,11 @@ def main() -> None:
     parser.add_argument("--pipelines", type=int, default=500)
     parser.add_argument("--partitions", type=int, default=20)
     parser.add_argument("--cycles", type=int, default=3)
+    parser.add_argument("--profile", metavar="PATH", help="profile one more cycle with cProfile, stats to PATH")
+    parser.add_argument("--profile-sort", default="tottime", help="pstats sort key of the printed rows")
+    parser.add_argument("--profile-rows", type=int, default=25)
+    parser.add_argument("--queries", type=int, default=0, metavar="N",
+                        help="print the N query shapes of the last cycle that took the most time")
     args = parser.parse_args()
     with_lone_kafka_and_database("ow-cycle-", DB, lambda bootstrap: run(args, bootstrap))
 
@@ -89,18 +96,24 @@ def run(args, bootstrap: str) -> None:
         writes.append(sum(1 for x in q.captured_queries if x["sql"].startswith(("INSERT", "UPDATE", "DELETE"))))
         assert not summary.errors, summary.errors
     size_after = table_bytes()
-    if os.environ.get("BENCH_PROFILE"):
+    if args.profile:
+        # One more cycle under cProfile, after the measured ones (the profiler slows Python code
+        # by a good part, so it is never one of them); the stats file is for pstats or snakeviz.
         import cProfile
         import pstats
 
-        cProfile.runctx("collect_once()", globals(), {"collect_once": collect_once}, "/tmp/cycle.prof")
-        pstats.Stats("/tmp/cycle.prof").sort_stats(os.environ.get("BENCH_PROFILE_SORT", "tottime")).print_stats(int(os.environ.get("BENCH_PROFILE_ROWS", "18")))
-    if os.environ.get("BENCH_SHOW_QUERIES"):
-        from collections import Counter
+        cProfile.runctx("collect_once()", globals(), {"collect_once": collect_once}, args.profile)
+        pstats.Stats(args.profile).sort_stats(args.profile_sort).print_stats(args.profile_rows)
+    if args.queries:
+        # The last measured cycle's queries by shape: how many, and their time in the database
+        # (as the client saw it: execute to the rows fetched).
+        from collections import defaultdict
 
-        shapes = Counter(x["sql"][:90] for x in q.captured_queries)
-        for shape, count in shapes.most_common(8):
-            print(f"  {count:>5} x {shape}")
+        shapes: dict[str, list[float]] = defaultdict(list)
+        for x in q.captured_queries:
+            shapes[x["sql"][:110]].append(float(x["time"]))
+        for shape, times in sorted(shapes.items(), key=lambda kv: -sum(kv[1]))[:args.queries]:
+            print(f"  {len(times):>4} x {sum(times) * 1000:7.1f} ms  {shape}")
     partitions = args.pipelines * args.partitions
     chunks = math.ceil(partitions / reader.chunk_size)
     requests = 1 + 2 * chunks + 1 + args.pipelines

@@ -12,3 +12,7 @@ class DashboardConfig(AppConfig):
         from dashboard.admin import register_lockout_admin
 
         register_lockout_admin()
+        # `field__any=[...]`: one array parameter for the collection cycle's long id lists.
+        from offsetwatch.lib import pgarray
+
+        pgarray.register()

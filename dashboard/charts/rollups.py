@@ -5,7 +5,7 @@ page's numbers; read by dashboard.charts.selectors for ranges too long for raw s
 with the retention policy (rollups_prune, from dashboard.monitoring.pruning.history_prune).
 
 A cycle costs the same few statements whatever the number of pipelines: the open buckets
-(minute and hour) are read in one query, merged in Python, and upserted at once (COPY into a
+(minute and hour) are read in one query, merged in Python, and upserted at once (offsetwatch.lib.pgcopy.copy_upsert: COPY into a
 staging table, then one INSERT ... SELECT ... ON CONFLICT).
 """
 from __future__ import annotations
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from django.conf import settings
-from django.db import connection, transaction
 from django.db.models import Q
 
 from dashboard.models import ChartRollup, PipelineEvaluation
+from offsetwatch.lib.pgcopy import copy_upsert
 from offsetwatch.lib.rollup_packing import (
     MISSING,
     decode,
@@ -106,7 +106,7 @@ def rollups_merge(points: dict[tuple[int, int, datetime], Point], *, keep_existi
         buckets = {b for (_, r, b) in points if r == resolution}
         if buckets:
             wanted |= Q(resolution_s=resolution, bucket__in=buckets)
-    stored = (ChartRollup.objects.filter(wanted, pipeline_id__in={pk for pk, _, _ in points})
+    stored = (ChartRollup.objects.filter(wanted, pipeline_id__any={pk for pk, _, _ in points})
               .values_list("pipeline_id", "resolution_s", "bucket", *_FIELDS))
     points = dict(points)
     for pk, resolution, bucket, *fields in stored:
@@ -123,44 +123,13 @@ def rollups_merge(points: dict[tuple[int, int, datetime], Point], *, keep_existi
 
 
 _COLUMNS = ("pipeline_id", "resolution_s", "bucket", "partitions", "lags", "total_lag", "lag_seconds", "samples")
-_TYPES = ("bigint", "integer", "timestamptz", "bytea", "bytea", "bigint", "double precision", "integer")
 
 
 def _upsert(rows: list[tuple], *, keep_existing: bool) -> None:
-    """Insert or replace the rows (in _COLUMNS' order). On PostgreSQL a COPY and one INSERT ...
-    SELECT ... ON CONFLICT, four statements whatever the rows (Django's bulk_create binds eight
-    parameters per row: building that query cost more than the cycle's evaluation of 10,000
-    partitions). Elsewhere (the demo's SQLite) bulk_create's own upsert."""
-    if not rows:
-        return
-    if connection.vendor != "postgresql":
-        objs = [ChartRollup(**dict(zip(_COLUMNS, row))) for row in rows]
-        if keep_existing:
-            ChartRollup.objects.bulk_create(objs, batch_size=500, ignore_conflicts=True)
-        else:
-            ChartRollup.objects.bulk_create(objs, batch_size=500, update_conflicts=True,
-                                            unique_fields=["pipeline", "resolution_s", "bucket"], update_fields=_FIELDS)
-        return
-    table = connection.ops.quote_name(ChartRollup._meta.db_table)
-    columns = ", ".join(_COLUMNS)
-    action = "NOTHING" if keep_existing else "UPDATE SET " + ", ".join(f"{f} = EXCLUDED.{f}" for f in _FIELDS)
-    # One transaction (a savepoint inside the poll's): the staging rows live until its commit.
-    with transaction.atomic(), connection.cursor() as cursor:
-        # The rows go by COPY into a temporary table of this session (rows formatted by psycopg's
-        # C code: binding them as parameters, in text or binary, quoted each value in Python),
-        # then one INSERT ... SELECT ... ON CONFLICT. Emptied after use: the poll's transaction
-        # may write again (tests run cycles in one transaction).
-        cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {_STAGING} ("
-                       + ", ".join(f"{c} {t}" for c, t in zip(_COLUMNS, _TYPES)) + ") ON COMMIT DELETE ROWS")
-        with cursor.cursor.copy(f"COPY {_STAGING} ({columns}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
-        cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {_STAGING} "
-                       f"ON CONFLICT (pipeline_id, resolution_s, bucket) DO {action}")
-        cursor.execute(f"TRUNCATE {_STAGING}")
-
-
-_STAGING = "chart_rollup_staging"
+    """Insert or replace the rows (in _COLUMNS' order): a COPY and one INSERT ... ON CONFLICT
+    (offsetwatch.lib.pgcopy.copy_upsert), the same statements whatever the rows."""
+    copy_upsert(ChartRollup, _COLUMNS, rows, conflict=("pipeline_id", "resolution_s", "bucket"),
+                update=() if keep_existing else _FIELDS)
 
 
 def rollups_record(evaluations: list[PipelineEvaluation], now: datetime) -> int:

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from operator import itemgetter
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import F, Min, Window
 from django.db.models.functions import RowNumber
 
@@ -59,7 +60,8 @@ def pipelines_evaluate(
     # Each pipeline's newest n samples in the window, ranked in the database: the window's time
     # span holds about three times n (missed cycles), and every row read is a datetime parsed
     # and an array unpacked.
-    samples = LagSample.objects.filter(pipeline__in=pipelines, sampled_at__gte=window_since)
+    pipeline_ids = [p.pk for p in pipelines]  # `__any`: one array parameter (offsetwatch.lib.pgarray)
+    samples = LagSample.objects.filter(pipeline_id__any=pipeline_ids, sampled_at__gte=window_since)
     if n > 0:  # (a window setting of 0 or less keeps every sample of the span, as [-n:] below does)
         newest_first = Window(RowNumber(), partition_by=F("pipeline_id"), order_by=F("sampled_at").desc())
         samples = samples.annotate(newest_first=newest_first).filter(newest_first__lte=n)
@@ -77,7 +79,7 @@ def pipelines_evaluate(
     # three times the samples the window's statuses read.
     marks_at: dict[str, dict[datetime, PackedMarks]] = {}
     for topic, at, ids, lows, highs in WatermarkSample.objects.filter(
-        cluster=cluster, topic__in=topics, sampled_at__gte=window_since
+        cluster=cluster, topic__any=topics, sampled_at__gte=window_since
     ).values_list("topic", "sampled_at", "partitions", "lows", "highs"):
         marks_at.setdefault(topic, {})[at] = PackedMarks(ids, lows, highs)
     oldest = _oldest_watermarks(cluster, topics, lookback_since)
@@ -98,13 +100,13 @@ def pipelines_evaluate(
     # Open incidents: the pipelines' own, and their partitions' by pipeline.
     open_incidents: dict[int, Incident] = {}
     open_partition_incidents: dict[int, dict[int, Incident]] = {}
-    for i in Incident.objects.filter(pipeline__in=pipelines, closed_at=None):
+    for i in Incident.objects.filter(pipeline_id__any=pipeline_ids, closed_at=None):
         if i.partition is None:
             open_incidents[i.pipeline_id] = i
         else:
             open_partition_incidents.setdefault(i.pipeline_id, {})[i.partition] = i
     written = partition_writes.read([p.pk for p in pipelines])
-    sparklines = dict(PipelineEvaluation.objects.filter(pipeline__in=pipelines).values_list("pipeline", "sparkline"))
+    sparklines = dict(PipelineEvaluation.objects.filter(pipeline_id__any=pipeline_ids).values_list("pipeline", "sparkline"))
     # One job's offsets visible in two stores (same topic and group): compare them.
     twins: dict[tuple[str, str], list[Pipeline]] = {}
     for pipeline in pipelines:
@@ -156,7 +158,7 @@ def pipelines_evaluate(
                 (incidents_new if change.pk is None else incidents_changed).append(change)
     # An evaluation is derived and replaced every cycle: delete and insert (in this transaction)
     # costs two statements, where bulk_update builds a CASE per row and field.
-    PipelineEvaluation.objects.filter(pipeline__in=pipelines).delete()
+    PipelineEvaluation.objects.filter(pipeline_id__any=pipeline_ids).delete()
     copy_insert(PipelineEvaluation, evaluations)
     rollups_record(evaluations, now)  # the charts' minute and hour roll-ups, from these numbers
     Incident.objects.bulk_create(incidents_new, batch_size=1000)
@@ -170,12 +172,36 @@ def pipelines_evaluate(
 
 
 def _oldest_watermarks(cluster: Cluster, topics: list[str], since: datetime) -> dict[str, tuple[datetime, PackedMarks]]:
-    """Each topic's oldest watermark sample since `since` (the far end of its rates), in two queries."""
-    firsts = dict(WatermarkSample.objects.filter(cluster=cluster, topic__in=topics, sampled_at__gte=since)
+    """Each topic's oldest watermark sample since `since` (the far end of its rates)."""
+    if connection.vendor == "postgresql":
+        return _oldest_watermarks_lateral(cluster, topics, since)
+    return _oldest_watermarks_grouped(cluster, topics, since)
+
+
+def _oldest_watermarks_lateral(cluster: Cluster, topics: list[str], since: datetime) -> dict[str, tuple[datetime, PackedMarks]]:
+    """On PostgreSQL: one query, one probe of the (cluster, topic, sampled_at) key per topic. The
+    grouped form's MIN read every sample of the lookback (an hour: 360 per topic at a 10 s
+    interval) to keep one."""
+    if not topics:
+        return {}
+    table = connection.ops.quote_name(WatermarkSample._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT t.topic, w.sampled_at, w.partitions, w.lows, w.highs FROM unnest(%s::text[]) AS t(topic) "
+            f"CROSS JOIN LATERAL (SELECT sampled_at, partitions, lows, highs FROM {table} "
+            "WHERE cluster_id = %s AND topic = t.topic AND sampled_at >= %s ORDER BY sampled_at LIMIT 1) AS w",
+            [list(topics), cluster.pk, since],
+        )
+        return {topic: (at, PackedMarks(ids, lows, highs)) for topic, at, ids, lows, highs in cursor.fetchall()}
+
+
+def _oldest_watermarks_grouped(cluster: Cluster, topics: list[str], since: datetime) -> dict[str, tuple[datetime, PackedMarks]]:
+    """In Django's terms (the demo's SQLite), in two queries."""
+    firsts = dict(WatermarkSample.objects.filter(cluster=cluster, topic__any=topics, sampled_at__gte=since)
                   .values("topic").annotate(first=Min("sampled_at")).values_list("topic", "first"))
     # All topics of a cluster are sampled in the same cycles, so the distinct first times are few.
     rows = WatermarkSample.objects.filter(
-        cluster=cluster, topic__in=list(firsts), sampled_at__in=set(firsts.values()),
+        cluster=cluster, topic__any=list(firsts), sampled_at__in=set(firsts.values()),
     ).values_list("topic", "sampled_at", "partitions", "lows", "highs")
     return {topic: (at, PackedMarks(ids, lows, highs)) for topic, at, ids, lows, highs in rows if firsts.get(topic) == at}
 

@@ -31,9 +31,9 @@ def record(written: dict[int, dict[int, int] | None]) -> None:
         return
     try:
         pipe = redis_client().pipeline(transaction=True)
+        pipe.delete(*(f"{KEY_PREFIX}{pk}" for pk in written))  # one command for all (a store of 500 pipelines)
         for pk, times in written.items():
             key = f"{KEY_PREFIX}{pk}"
-            pipe.delete(key)
             if times:
                 pipe.hset(key, mapping={str(p): int(t) for p, t in times.items()})
                 pipe.expire(key, TTL_S)

@@ -3,6 +3,7 @@ positions; read plans are in read_plan.py), freshness and collector health, and 
 import progress, start reports)."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
@@ -289,8 +290,15 @@ def pipeline_lag_points(*, pipeline: Pipeline, since: datetime, until: datetime)
 def newest_batches(
     *, pipeline_ids: list[int], committed_only: bool = False,
 ) -> dict[int, tuple[int, dict[str, int]]]:
-    """Each pipeline's newest batch (time, offsets), in one query (an indexed subquery each).
+    """Each pipeline's newest batch (time, offsets), in one query (one index probe each).
     `committed_only`: skip planned checkpoint batches (offsets/N without commits/N)."""
+    if connection.vendor == "postgresql":
+        return _newest_batches_lateral(pipeline_ids, committed_only)
+    return _newest_batches_subqueries(pipeline_ids, committed_only)
+
+
+def _newest_batches_subqueries(pipeline_ids: list[int], committed_only: bool) -> dict[int, tuple[int, dict[str, int]]]:
+    """newest_batches in Django's terms (the demo's SQLite)."""
     newest = Batch.objects.filter(pipeline=OuterRef("pk")).order_by("-batch_time_ms")
     if committed_only:
         newest = newest.filter(committed=True)
@@ -299,6 +307,26 @@ def newest_batches(
         newest_offsets=Subquery(newest.values("offsets")[:1], output_field=JSONField()),
     ).values_list("pk", "newest_ms", "newest_offsets")
     return {pk: (ms, offsets) for pk, ms, offsets in rows if ms is not None}
+
+
+def _newest_batches_lateral(pipeline_ids: list[int], committed_only: bool) -> dict[int, tuple[int, dict[str, int]]]:
+    """newest_batches on PostgreSQL: the ids as one array parameter and a LATERAL probe of the
+    (pipeline, -batch_time_ms) index each, reading both columns in that one probe. Django's form
+    (two correlated subqueries, and an IN list of 500 parameters to compile) took twice as long
+    in the 10,000-partition cycle, where it runs twice (store poll and cluster poll)."""
+    if not pipeline_ids:
+        return {}
+    table = connection.ops.quote_name(Batch._meta.db_table)
+    committed = "AND b.committed " if committed_only else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT p.id, n.batch_time_ms, n.offsets::text FROM unnest(%s::bigint[]) AS p(id) CROSS JOIN LATERAL "
+            f"(SELECT b.batch_time_ms, b.offsets FROM {table} b WHERE b.pipeline_id = p.id {committed}"
+            "ORDER BY b.batch_time_ms DESC LIMIT 1) AS n",
+            [[int(pk) for pk in pipeline_ids]],
+        )
+        rows = cursor.fetchall()
+    return {pk: (ms, json.loads(offsets)) for pk, ms, offsets in rows}
 
 
 class Committed(NamedTuple):
@@ -320,7 +348,7 @@ def committed_offsets(*, pipeline_ids: list[int]) -> dict[int, Committed]:
 
 def cluster_committed(*, cluster: Cluster, topics: list[str]) -> tuple[dict[int, str], dict[int, Committed]]:
     """The cluster's pipelines reading `topics` (id -> topic) and their newest stored batches."""
-    pipelines = dict(Pipeline.objects.filter(store__cluster=cluster, topic__in=topics).values_list("pk", "topic"))
+    pipelines = dict(Pipeline.objects.filter(store__cluster=cluster, topic__any=topics).values_list("pk", "topic"))
     return pipelines, committed_offsets(pipeline_ids=list(pipelines))
 
 

@@ -113,7 +113,7 @@ def store_reading_record(*, store: Store, reading: StoreReading, now_ms: int | N
     # An applied rewind is verified from the first sample after its marker: keep that sample
     # even if it equals the one before (a replay can end where the job was).
     markers = dict(RewindRequest.objects.filter(
-        pipeline__in=pipelines, status=RewindRequest.Status.APPLIED, marker_batch_ms__isnull=False,
+        pipeline_id__any=[p.pk for p in pipelines], status=RewindRequest.Status.APPLIED, marker_batch_ms__isnull=False,
     ).values_list("pipeline_id", "marker_batch_ms")) if not reading.keeps_history else {}
     rows: list[Batch] = []
     changed: list[Pipeline] = []
@@ -279,7 +279,7 @@ def watermarks_record(
         ))
     copy_insert(WatermarkSample, rows)
 
-    pipelines = list(Pipeline.objects.filter(store__cluster=cluster, topic__in=list(result.by_topic)))
+    pipelines = list(Pipeline.objects.filter(store__cluster=cluster, topic__any=list(result.by_topic)))
     newest = committed if committed is not None else committed_offsets(pipeline_ids=[p.pk for p in pipelines])
     offsets_of = {pk: c.offsets for pk, c in newest.items()}
     samples = []

@@ -424,9 +424,9 @@ def rewinds_verify(*, pipeline_ids: list[int]) -> int:
     behind the target anywhere. Claimed rewinds whose `applied` report never came are settled from
     their marker first (_settle_claim_from_marker). Returns how many were settled."""
     settled = 0
-    for rewind in RewindRequest.objects.filter(pipeline_id__in=pipeline_ids, status=Status.CLAIMED):
+    for rewind in RewindRequest.objects.filter(pipeline_id__any=pipeline_ids, status=Status.CLAIMED):
         settled += _settle_claim_from_marker(rewind)
-    for rewind in RewindRequest.objects.filter(pipeline_id__in=pipeline_ids, status=Status.APPLIED,
+    for rewind in RewindRequest.objects.filter(pipeline_id__any=pipeline_ids, status=Status.APPLIED,
                                                marker_batch_ms__isnull=False):
         after = list(Batch.objects.filter(pipeline_id=rewind.pipeline_id, batch_time_ms__gte=rewind.marker_batch_ms)
                      .order_by("batch_time_ms").values_list("batch_time_ms", "offsets")[:1])

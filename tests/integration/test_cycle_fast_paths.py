@@ -1,7 +1,9 @@
 """The collection cycle's faster database paths write and read exactly what the plain Django
 ones did (#16): the incidents' VALUES update against bulk_update, the read plan's late-row
-windows against an OR'ed Q per pipeline, and the evaluation's newest-n lag samples against every
-sample of the window's span cut to its last n."""
+windows against an OR'ed Q per pipeline, `field__any` against `field__in`, each pipeline's
+newest batch and each topic's oldest watermarks by a LATERAL probe against correlated subqueries
+and a grouped MIN, and the evaluation's newest-n lag samples against every sample of the
+window's span cut to its last n."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
@@ -10,9 +12,10 @@ from datetime import timezone as dt_timezone
 import pytest
 from django.db.models import Q
 
-from dashboard.models import Batch, Incident, LagSample, Pipeline
+from dashboard.models import Batch, Incident, LagSample, Pipeline, WatermarkSample
 from dashboard.monitoring import evaluation as monitoring_evaluation
 from dashboard.monitoring.read_plan import _committed_batch_times, store_read_plan
+from dashboard.monitoring.selectors import _newest_batches_lateral, _newest_batches_subqueries, newest_batches
 from offsetwatch.lib.pgupdate import values_update
 from streamoffsets.kafka import WatermarkResult
 from streamoffsets.types import Watermarks
@@ -84,6 +87,66 @@ def test_the_late_row_windows_read_what_an_ored_q_reads():
     assert sorted(_committed_batch_times(windows)) == expected
     assert len(expected) > 8  # windows of several batches each, the uncommitted ones left out
     assert _committed_batch_times([]) == []
+
+
+def test_the_newest_batches_probe_reads_what_the_subqueries_read():
+    pipelines = [pipeline_row(f"newest-{i}") for i in range(4)]  # the last one has no batch
+    Batch.objects.bulk_create([
+        # Pipeline 0's newest batch is planned (not committed): the committed read takes the one before.
+        Batch(pipeline=p, batch_time_ms=t, offsets={"0": t, "1": i}, committed=not (i == 0 and t == 1000 + 50))
+        for i, p in enumerate(pipelines[:3]) for t in range(1000 + i, 1000 + 51 + i, 10 - i)
+    ])
+    ids = [p.pk for p in pipelines]
+    for committed_only in (False, True):
+        lateral = _newest_batches_lateral(ids, committed_only)
+        assert lateral == _newest_batches_subqueries(ids, committed_only) == newest_batches(
+            pipeline_ids=ids, committed_only=committed_only)
+        assert set(lateral) == set(ids[:3])
+    assert newest_batches(pipeline_ids=ids)[ids[0]] == (1050, {"0": 1050, "1": 0})
+    assert newest_batches(pipeline_ids=ids, committed_only=True)[ids[0]] == (1040, {"0": 1040, "1": 0})
+    assert newest_batches(pipeline_ids=[]) == {}
+
+
+def test_any_reads_what_in_reads():
+    pipelines = [pipeline_row(f"any-{i}", topic=f"any-topic-{i % 3}") for i in range(6)]
+    Incident.objects.bulk_create([Incident(pipeline=p, opened_at=T0, worst_status=2, status=2) for p in pipelines])
+    ids, topics = [p.pk for p in pipelines], ["any-topic-0", "any-topic-2", "none such"]
+    cases = [
+        (Pipeline.objects, "pk", ids[1:4]),
+        (Pipeline.objects, "topic", topics),  # text
+        (Incident.objects, "pipeline", ids[::2]),  # a foreign key, by its name and by its column
+        (Incident.objects, "pipeline_id", set(ids[1::2])),  # any iterable
+        (Incident.objects, "pipeline_id", []),  # nothing, as __in=[] matches
+    ]
+    for manager, field, values in cases:
+        expected = sorted(manager.filter(**{f"{field}__in": values}).values_list("pk", flat=True))
+        assert sorted(manager.filter(**{f"{field}__any": values}).values_list("pk", flat=True)) == expected
+        assert len(expected) == len(values) if field != "topic" else len(expected) == 4
+    # One parameter for the whole list, not one per value.
+    sql, params = Pipeline.objects.filter(pk__any=ids).query.sql_with_params()
+    assert "= ANY(" in sql and list(params) == [ids]
+
+
+def test_the_oldest_watermarks_probe_reads_what_the_grouped_query_reads():
+    first = pipeline_row("oldest-0")
+    pipelines = [first] + [Pipeline.objects.create(store=first.store, topic=f"oldest-topic-{i}") for i in (1, 2)]
+    cluster = first.store.cluster
+    for i, p in enumerate(pipelines):  # three topics of one cluster, their samples starting apart
+        samples_bulk(p, start=T0 + timedelta(seconds=15 * i), step_s=10, count=8,
+                     highs=lambda k, i=i: [100 * i + k, 7], committed=lambda k: [k, 7])
+    assert WatermarkSample.objects.filter(cluster=cluster).count() == 24
+    topics = [p.topic for p in pipelines] + ["no such topic"]
+    for since in (T0 - timedelta(minutes=1), T0 + timedelta(seconds=25), T0 + timedelta(minutes=5)):
+        lateral = monitoring_evaluation._oldest_watermarks_lateral(cluster, topics, since)
+        grouped = monitoring_evaluation._oldest_watermarks_grouped(cluster, topics, since)
+        assert {t: (at, m.marks()) for t, (at, m) in lateral.items()} == {
+            t: (at, m.marks()) for t, (at, m) in grouped.items()}
+    lateral = monitoring_evaluation._oldest_watermarks_lateral(cluster, topics, T0 + timedelta(seconds=25))
+    assert {t: at for t, (at, _) in lateral.items()} == {  # each topic's first sample at or after since
+        pipelines[0].topic: T0 + timedelta(seconds=30), pipelines[1].topic: T0 + timedelta(seconds=25),
+        pipelines[2].topic: T0 + timedelta(seconds=30)}
+    assert lateral[pipelines[2].topic][1].marks() == {0: (0, 200), 1: (0, 7)}
+    assert monitoring_evaluation._oldest_watermarks_lateral(cluster, [], T0) == {}
 
 
 def test_the_read_plan_lists_the_imported_batch_times_behind_each_position(settings):
