@@ -13,6 +13,7 @@ BENCH_DATABASE names the scratch database (default offsetwatch_bench_cycle; it i
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import resource
@@ -64,6 +65,7 @@ def run(args, bootstrap: str) -> None:
     cluster = cluster_get_or_create(name="bench", bootstrap_servers=bootstrap)
     store_get_or_create(name="groups", kind="kafka", url=f"kafka://{bootstrap}", cluster=cluster)
     collect_once()  # first cycle discovers the pipelines
+    gc.freeze()  # as each Celery pool process does once started (offsetwatch.celery)
 
     reader = KafkaWatermarkReader(bootstrap)
     groups = KafkaGroupOffsetStore(bootstrap)

@@ -2,10 +2,11 @@
 and sweeps the notification outbox."""
 from __future__ import annotations
 
+import gc
 import os
 
 from celery import Celery
-from celery.signals import before_task_publish
+from celery.signals import before_task_publish, worker_process_init
 
 from collectors.heartbeat import beat_sent_record
 
@@ -34,3 +35,12 @@ def _beat_heartbeat(sender=None, **kwargs):
     (dashboard.monitoring.health tells beat down from workers down with it)."""
     if sender == "collectors.tasks.collect_all":
         beat_sent_record()
+
+
+@worker_process_init.connect
+def _gc_freeze(**kwargs):
+    """Each pool process moves what start-up built (Django, the apps, the clients' modules) out
+    of the garbage collector's reach: a cycle allocates many short-lived objects, and every full
+    collection otherwise walks those hundreds of thousands of permanent ones too (measured on the
+    10,000-partition cycle, bench/collect_cycle.py: 1.32 s a cycle before, 0.96 s with it)."""
+    gc.freeze()
