@@ -27,6 +27,7 @@ from collectors import locks
 from dashboard.models import SourceHealth, Store
 from dashboard.monitoring import health as collector_health
 from dashboard.monitoring.services import source_health_record
+from dashboard.monitoring.shards import cluster_shards_refresh
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ def cycle_fan_out(*, now: datetime, enqueue: Callable[[str, bool], None]) -> Fan
     """Record the tick (the "collector:beat" row) and send one poll per due, idle source."""
     source_health_record(source=collector_health.BEAT_SOURCE, label=collector_health.BEAT_LABEL,
                                   started_at=now, duration_ms=0)
+    # A large cluster's shard count first (from what its polls last read): the sources due are its shards.
+    cluster_shards_refresh()
     full, probe = collector_health.sources_due(now=now)
     result = FanOut()
     client = locks.redis_client()

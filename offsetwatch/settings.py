@@ -501,6 +501,13 @@ MIDDLEWARE.insert(0, "dashboard.api.errors.ApiJsonErrorsMiddleware")
 # does not hold the cluster's poll longer (a quarter interval at most: the cadence is kept).
 CLUSTER_WAIT_FOR_STORES_S = env_float("OFFSETWATCH_CLUSTER_WAIT_FOR_STORES",
                                       min(2.0, POLL_INTERVAL_S / 4, IO_TIMEOUT_S))
+# Issue #16: a cluster whose tracked topics hold more partitions than this is polled (watermarks
+# read, lag sampled, pipelines evaluated) as several shards of its topics, each its own task,
+# lock, backoff and health row, so worker processes share one large cluster. 10,000: a cluster
+# poll measured about 3-4 s per 10,000 partitions on a shared 2-core machine (15-21 s for
+# 50,000, docs/scaling.md), so one shard fits well within the 10 s interval beside the stores'
+# polls, and a cluster of that size or smaller stays one poll, exactly as before. 0 turns it off.
+CLUSTER_SHARD_PARTITIONS = env_int("OFFSETWATCH_CLUSTER_SHARD_PARTITIONS", 10_000)
 # --- Lag in seconds from every group's own record (issue #13: docs/LAG_SECONDS.md) -------------
 # The record reads of one cluster poll may take BASE + PER_POSITION ms per position read, at most
 # MAX seconds; positions left unread are read first the next cycle.
