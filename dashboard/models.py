@@ -27,8 +27,8 @@ class Cluster(models.Model):
     name = models.CharField(max_length=200, unique=True)
     bootstrap_servers = models.CharField(max_length=1000)
     # Its poll is split in this many shards of its topics (dashboard.monitoring.shards): set by
-    # the fan-out only, so the fan-out, the polls and the pages read one number.
-    shards = models.PositiveSmallIntegerField(default=1)
+    # the fan-out only, so the fan-out, the polls and the pages read one number (not editable).
+    shards = models.PositiveSmallIntegerField(default=1, editable=False)
 
     def __str__(self) -> str:
         return self.name

@@ -502,12 +502,15 @@ MIDDLEWARE.insert(0, "dashboard.api.errors.ApiJsonErrorsMiddleware")
 # does not hold the cluster's poll longer (a quarter interval at most: the cadence is kept).
 CLUSTER_WAIT_FOR_STORES_S = env_float("OFFSETWATCH_CLUSTER_WAIT_FOR_STORES",
                                       min(2.0, POLL_INTERVAL_S / 4, IO_TIMEOUT_S))
-# Issue #16: a cluster whose tracked topics hold more partitions than this is polled (watermarks
-# read, lag sampled, pipelines evaluated) as several shards of its topics, each its own task,
-# lock, backoff and health row, so worker processes share one large cluster. 10,000: a cluster
-# poll measured about 3-4 s per 10,000 partitions on a shared 2-core machine (15-21 s for
-# 50,000, docs/scaling.md), so one shard fits well within the 10 s interval beside the stores'
-# polls, and a cluster of that size or smaller stays one poll, exactly as before. 0 turns it off.
+# Issue #16: a cluster whose poll evaluates more partitions than this (each tracked topic's
+# partitions once per pipeline reading it: the evaluation is most of a poll's time) is polled
+# (watermarks read, lag sampled, pipelines evaluated) as several shards of its topics, each its
+# own task, lock, backoff and health row, so worker processes share one large cluster. 10,000: a
+# cluster poll of 50,000 took 2-5 s on this 2-core machine when quiet and 15-21 s when shared
+# (docs/scaling.md), so a shard is about 1 s (4 s loaded), short enough to spread a cycle's work
+# over the processes within the 10 s interval, and few enough tasks (one per 10,000) that their
+# fixed cost (a few queries, a lock) stays small; a cluster of that size or smaller stays one
+# poll, exactly as before. 0 turns it off.
 CLUSTER_SHARD_PARTITIONS = env_int("OFFSETWATCH_CLUSTER_SHARD_PARTITIONS", 10_000)
 # --- Lag in seconds from every group's own record (issue #13: docs/LAG_SECONDS.md) -------------
 # The record reads of one cluster poll may take BASE + PER_POSITION ms per position read, at most

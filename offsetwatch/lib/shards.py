@@ -11,8 +11,10 @@ and so agree on the same shard without asking one another.
   another topic moves no topic (contiguous ranges of the sorted topic list would move every
   topic after it). Balance is by topic count, statistically: at 1,000 topics in 5 shards the
   largest shard holds about 5-10 % more than the mean.
-- The shard count is the tracked partitions over the partitions one shard may hold, rounded up:
-  a cluster at or under the limit is one shard, polled as today.
+- The shard count is the partitions a poll evaluates (each tracked topic's partitions once per
+  pipeline reading it: the evaluation, most of a poll's time, is per pipeline and partition) over
+  the partitions one shard may hold, rounded up: a cluster at or under the limit is one shard,
+  polled as before shards existed.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def shard_of(topic: str, shards: int) -> int:
 
 
 def shard_count(partitions: int, per_shard: int, most: int = 64) -> int:
-    """Shards for a cluster whose tracked topics hold `partitions`: one per `per_shard` partitions
+    """Shards for a cluster whose poll evaluates `partitions`: one per `per_shard` partitions
     or part of them, at least 1, at most `most` (each shard is a health row and a task per cycle).
     `per_shard` <= 0 turns sharding off."""
     if per_shard <= 0 or partitions <= per_shard:

@@ -3,8 +3,8 @@ PostgreSQL and Redis: every pipeline sampled and evaluated once a cycle by its o
 failing shard leaves the others evaluated and is shown failing, shards that no longer exist leave
 no health row, and shards of one cluster run on two separate `celery worker` processes.
 
-The shard setting is set low (4 partitions a shard) so a cluster of 6 topics of 2 partitions is 3
-shards. Pure assignment: tests/unit/test_cluster_shards.py."""
+The shard setting is set low (5 partitions a shard) so a cluster of 7 pipelines on topics of 2
+partitions (14 partitions evaluated) is 3 shards. Pure assignment: tests/unit/test_cluster_shards.py."""
 from __future__ import annotations
 
 import os
@@ -25,6 +25,7 @@ from collectors.cycle import collect_once
 from dashboard.models import ClusterTopic, LagSample, Pipeline, PipelineEvaluation, SourceHealth, WatermarkSample
 from dashboard.monitoring.selectors import pipeline_freshness, unreachable_sources
 from dashboard.monitoring.services import cluster_get_or_create, store_get_or_create
+from dashboard.monitoring.shards import cluster_shards_refresh
 from offsetwatch.lib.shards import shard_of
 from reference_job.producer import ensure_topic, produce
 from streamoffsets.errors import OffsetStoreError
@@ -33,7 +34,9 @@ from streamoffsets.types import BatchOffsets
 from tests.paths import ROOT
 
 SHARDS, PARTITIONS = 3, 2
-PER_SHARD = 4  # OFFSETWATCH_CLUSTER_SHARD_PARTITIONS: 6 topics x 2 partitions = 12 -> 3 shards
+# OFFSETWATCH_CLUSTER_SHARD_PARTITIONS: 7 pipelines (6 topics, one read by 2 stores) x 2 partitions
+# = 14 partitions evaluated -> 3 shards.
+PER_SHARD = 5
 
 
 def _topics_in_every_shard(base: str) -> dict[str, int]:
@@ -124,6 +127,26 @@ def test_a_large_cluster_is_polled_in_shards_each_pipeline_sampled_and_evaluated
     first = next(iter(topics))
     twin_reasons = PipelineEvaluation.objects.get(pipeline__store=twin_store, pipeline__topic=first).reasons
     assert any(store.name in r for r in twin_reasons), twin_reasons
+
+
+@pytest.mark.django_db
+def test_the_shard_count_follows_the_partitions_evaluated_and_old_shards_leave_no_row(fleet, settings):
+    cluster, store, twin_store, topics = fleet
+    _sharded(cluster)
+    # 14 partitions evaluated (the twin's topic counts twice), 12 in the topics: 13 a shard is 2 shards.
+    settings.CLUSTER_SHARD_PARTITIONS = 13
+    assert cluster_shards_refresh()[cluster.pk] == 2
+    assert sorted(SourceHealth.objects.filter(source__startswith=f"cluster:{cluster.pk}").values_list(
+        "source", flat=True)) == _shard_sources(cluster)[:2]
+    settings.CLUSTER_SHARD_PARTITIONS = 14
+    assert cluster_shards_refresh()[cluster.pk] == 1
+    assert not SourceHealth.objects.filter(source__startswith=f"cluster:{cluster.pk}").exists()
+    # Its pipelines removed, a topic counts no more.
+    settings.CLUSTER_SHARD_PARTITIONS = 11
+    assert cluster_shards_refresh()[cluster.pk] == 2
+    Pipeline.objects.filter(store=twin_store).delete()
+    Pipeline.objects.filter(store=store, topic__in=list(topics)[:1]).delete()
+    assert cluster_shards_refresh()[cluster.pk] == 1  # 5 pipelines x 2 partitions
 
 
 @pytest.mark.django_db
