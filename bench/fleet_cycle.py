@@ -296,19 +296,21 @@ BENCH_QUERIES = 0
 
 
 def current_sources() -> list[str]:
-    """The sources the fan-out sends now: every store, every cluster or each of its shards (the
-    shard counts set as the fan-out sets them, from what the polls last read)."""
+    """The sources the fan-out sends now: every store, every cluster or each of its shards (as
+    the workers' fan-out last set the shard counts, from what the polls read)."""
     from dashboard.monitoring.health import sources_polled
-    from dashboard.monitoring.shards import cluster_shards_refresh
 
-    cluster_shards_refresh()
+    global BENCH_QUERIES
+    BENCH_QUERIES += 2  # the stores, the clusters
     return sources_polled()
 
 
-def one_cycle(sources: list[str], timeout_s: float = 900.0) -> tuple[float, float]:
+def one_cycle(timeout_s: float = 900.0) -> tuple[float, float, list[str]]:
     """Beat's fan-out, repeated every poll interval as beat does until every source recorded a
-    poll started after the first: (that wall time, the sum of those polls' own durations).
-    A cycle longer than the interval is then measured as deployed: the sources polled late."""
+    poll started after the first: (that wall time, the sum of those polls' own durations, the
+    sources). A cycle longer than the interval is then measured as deployed: the sources polled
+    late. The sources are read again at each check: the fan-out splits a large cluster in
+    shards once its first poll has counted its partitions (the whole cluster's row then goes)."""
     from django.conf import settings
     from django.db.models import Sum
     from django.utils import timezone
@@ -328,6 +330,7 @@ def one_cycle(sources: list[str], timeout_s: float = 900.0) -> tuple[float, floa
             # (the ones still queued or polling are skipped by their Redis mark).
             tick = time.perf_counter()
             collect_all.delay()
+        sources = current_sources()
         done = SourceHealth.objects.filter(source__in=sources, last_attempt_at__gte=started)
         if done.count() >= len(sources):
             wall = time.perf_counter() - t0
@@ -341,7 +344,7 @@ def one_cycle(sources: list[str], timeout_s: float = 900.0) -> tuple[float, floa
                 by_kind.setdefault(kind, []).append(ms / 1000)
             print("    polls (s): " + "; ".join(f"{k} {', '.join(f'{x:.1f}' for x in v)}" for k, v in sorted(by_kind.items())),
                   flush=True)
-            return wall, done.aggregate(s=Sum("last_duration_ms"))["s"] / 1000
+            return wall, done.aggregate(s=Sum("last_duration_ms"))["s"] / 1000, sources
         time.sleep(0.05)
     raise RuntimeError(f"the cycle did not finish within {timeout_s:.0f} s")
 
@@ -431,11 +434,11 @@ def run(args, brokers, stack, work: Path) -> None:
             # Warm-up cycles until the sources stay the same: the first poll of a large cluster is
             # whole (no partition count yet), the next fan-out splits it in shards.
             for _ in range(3):
-                warm, _ = one_cycle(sources)
+                before = current_sources()
+                warm, _, sources = one_cycle()
                 print(f"{count} process(es): warm-up cycle {warm:.1f} s ({len(sources)} sources)", flush=True)
-                if current_sources() == sources:
+                if sources == before:
                     break
-                sources = current_sources()
             for _ in range(args.cycles):
                 batch_ms = int(time.time() * 1000)
                 for name, pipelines in hbase_pipelines.items():  # the HBase jobs wrote their next batch
@@ -445,7 +448,7 @@ def run(args, brokers, stack, work: Path) -> None:
                 connection.close()
                 db0, k0, r0 = database_counters(), kafka_requests(brokers), redis_commands(rclient)
                 own = BENCH_QUERIES
-                wall, polls = one_cycle(sources)
+                wall, polls, sources = one_cycle()
                 own = BENCH_QUERIES - own + 4  # + the cycle's end: failed, by kind, sum, the counters' own
                 time.sleep(1.5)  # the relays write their counts every 0.2 s; PostgreSQL its statistics every 1 s
                 db1, k1, r1 = database_counters(), kafka_requests(brokers), redis_commands(rclient)

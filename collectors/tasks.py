@@ -64,8 +64,9 @@ def poll_cluster(cluster_id: int, probe: bool = False, shard: int | None = None)
     # After this cycle's store polls (bounded): their offsets, not the previous cycle's (#13).
     # Waited before taking the lock: the queued mark stays, so the cluster is not sent twice.
     # Every shard waits for the same stores: its pipelines are theirs.
-    fanout.cluster_stores_wait(cluster_id)
-    _poll_alone(shards.cluster_source(cluster_id, shard), cycle.poll_cluster, cluster_id, probe, shard=shard)
+    source = shards.cluster_source(cluster_id, shard)
+    fanout.cluster_stores_wait(cluster_id, source=source)
+    _poll_alone(source, cycle.poll_cluster, cluster_id, probe, shard=shard)
 
 
 @shared_task(name="collectors.tasks.expire_rewinds", ignore_result=True, soft_time_limit=60, time_limit=90)

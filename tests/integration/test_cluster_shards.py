@@ -262,3 +262,30 @@ def test_shards_of_one_cluster_are_polled_by_two_worker_processes(fleet, tmp_pat
     assert a | b == set(range(1, SHARDS + 1)), detail
     rows = SourceHealth.objects.filter(source__in=_shard_sources(cluster))
     assert sorted(h.source for h in rows if h.consecutive_failures == 0 and h.last_success_at) == _shard_sources(cluster)
+
+
+@pytest.mark.django_db
+def test_a_shard_waits_for_its_stores_queued_before_it_not_for_a_later_cycles(fleet):
+    """With few worker processes, beat's next tick queues the stores again behind the shards
+    still waiting in the queue: a shard that waited for those would hold its process for the
+    whole bound, once per shard. It waits for the stores of its own cycle (queued before it)."""
+    cluster, store, twin_store, topics = fleet
+    client = locks.redis_client()
+    stores = [f"store:{store.pk}", f"store:{twin_store.pk}"]
+    shard = f"cluster:{cluster.pk}/1"
+    for source in [*stores, shard]:
+        locks.queued_clear(source, client)
+    try:
+        assert locks.queued_mark(client, stores[0])  # this cycle's store, queued first
+        time.sleep(0.01)
+        assert locks.queued_mark(client, shard)
+        time.sleep(0.01)
+        assert locks.queued_mark(client, stores[1])  # the next tick's, behind the shard
+        assert fanout.cluster_stores_wait(cluster.pk, bound_s=0.3, source=shard) == [stores[0]]
+        locks.queued_clear(stores[0], client)  # its poll started... and ended
+        assert fanout.cluster_stores_wait(cluster.pk, bound_s=30, source=shard) == []
+        # Without its own mark (a poll run directly), every queued store is waited for, as before.
+        assert fanout.cluster_stores_wait(cluster.pk, bound_s=0.3) == [stores[1]]
+    finally:
+        for source in [*stores, shard]:
+            locks.queued_clear(source, client)
