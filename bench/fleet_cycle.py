@@ -14,7 +14,7 @@ positions), each pipeline's offsets in one of three kinds of store, by the group
 Default: 1,000 topics x 20 partitions on 2 brokers, 5 groups per topic: 5,000 pipelines and
 100,000 positions; 2 clusters + 2 Kafka + 4 HBase + 4 ZooKeeper stores = 12 sources, where each
 cluster of 50,000 partitions is polled in shards of its topics (OFFSETWATCH_CLUSTER_SHARD_PARTITIONS,
-10,000 by default: 5 shards each), so 18 sources once the first poll has counted the partitions.
+20,000 by default: 3 shards each), so 16 sources once the first poll has counted the partitions.
 
 Each broker sits behind a relay that counts the Kafka requests by API (bench/kafka_counter.py;
 the broker advertises the relay's port). The bench runs a Redis of its own (the Celery broker
@@ -400,6 +400,7 @@ def run(args, brokers, stack, work: Path) -> None:
     from django.db import connection
 
     from dashboard.models import Cluster, Store
+    from dashboard.monitoring.shards import cluster_shards_refresh
     from offsetwatch.celery import app
 
     call_command("migrate", verbosity=0)
@@ -437,7 +438,8 @@ def run(args, brokers, stack, work: Path) -> None:
                 before = current_sources()
                 warm, _, sources = one_cycle()
                 print(f"{count} process(es): warm-up cycle {warm:.1f} s ({len(sources)} sources)", flush=True)
-                if sources == before:
+                cluster_shards_refresh()  # what the next fan-out does first: split a cluster just counted
+                if current_sources() == before:
                     break
             for _ in range(args.cycles):
                 batch_ms = int(time.time() * 1000)
