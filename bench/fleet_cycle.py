@@ -12,15 +12,17 @@ positions), each pipeline's offsets in one of three kinds of store, by the group
   each cycle every HBase pipeline writes a new batch (the jobs run), outside the timing;
 - ZooKeeper: `--zk-stores` chroots per cluster on one ZooKeeper, one znode per partition.
 Default: 1,000 topics x 20 partitions on 2 brokers, 5 groups per topic: 5,000 pipelines and
-100,000 positions; 2 clusters + 2 Kafka + 4 HBase + 4 ZooKeeper stores = 12 sources.
+100,000 positions; 2 clusters + 2 Kafka + 4 HBase + 4 ZooKeeper stores = 12 sources, where each
+cluster of 50,000 partitions is polled in shards of its topics (OFFSETWATCH_CLUSTER_SHARD_PARTITIONS,
+20,000 by default: 3 shards each), so 16 sources once the first poll has counted the partitions.
 
 Each broker sits behind a relay that counts the Kafka requests by API (bench/kafka_counter.py;
 the broker advertises the relay's port). The bench runs a Redis of its own (the Celery broker
 and the locks), so its command count is the cycle's alone.
 
 For each worker count (`--workers 1,2,3,4`; `--concurrency 1` each, so a process is the unit
-of scale, as deployed with one worker per core): one warm-up cycle (discovery, connections),
-then `--cycles` measured cycles of beat's fan-out (`collect_all`), each ending when every
+of scale, as deployed with one worker per core): a warm-up cycle (discovery, connections; one
+more when it split a cluster in shards), then `--cycles` measured cycles of beat's fan-out (`collect_all`), each ending when every
 source recorded a poll started after it. Before each cycle, the bare client calls are timed in
 this process: for each store the same read the poll does (`read_store` with the poll's plan),
 for each cluster `read_watermarks`; nothing recorded or evaluated. Per cycle: wall time, the
@@ -49,7 +51,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from benchdb import start_components, stop_components  # noqa: E402
 
-DB = "offsetwatch_bench_fleet"
+# Its own database (dropped and created): OFFSETWATCH_BENCH_DB names another, so two runs on one server do not collide.
+DB = os.environ.get("OFFSETWATCH_BENCH_DB", "offsetwatch_bench_fleet")
 
 
 def psql(sql: str, db: str = "postgres", check: bool = True) -> str:
@@ -292,10 +295,22 @@ def redis_commands(client) -> int:
 BENCH_QUERIES = 0
 
 
-def one_cycle(sources: list[str], timeout_s: float = 900.0) -> tuple[float, float]:
+def current_sources() -> list[str]:
+    """The sources the fan-out sends now: every store, every cluster or each of its shards (as
+    the workers' fan-out last set the shard counts, from what the polls read)."""
+    from dashboard.monitoring.health import sources_polled
+
+    global BENCH_QUERIES
+    BENCH_QUERIES += 2  # the stores, the clusters
+    return sources_polled()
+
+
+def one_cycle(timeout_s: float = 900.0) -> tuple[float, float, list[str]]:
     """Beat's fan-out, repeated every poll interval as beat does until every source recorded a
-    poll started after the first: (that wall time, the sum of those polls' own durations).
-    A cycle longer than the interval is then measured as deployed: the sources polled late."""
+    poll started after the first: (that wall time, the sum of those polls' own durations, the
+    sources). A cycle longer than the interval is then measured as deployed: the sources polled
+    late. The sources are read again at each check: the fan-out splits a large cluster in
+    shards once its first poll has counted its partitions (the whole cluster's row then goes)."""
     from django.conf import settings
     from django.db.models import Sum
     from django.utils import timezone
@@ -315,6 +330,7 @@ def one_cycle(sources: list[str], timeout_s: float = 900.0) -> tuple[float, floa
             # (the ones still queued or polling are skipped by their Redis mark).
             tick = time.perf_counter()
             collect_all.delay()
+        sources = current_sources()
         done = SourceHealth.objects.filter(source__in=sources, last_attempt_at__gte=started)
         if done.count() >= len(sources):
             wall = time.perf_counter() - t0
@@ -323,11 +339,12 @@ def one_cycle(sources: list[str], timeout_s: float = 900.0) -> tuple[float, floa
                 print(f"    FAILED polls: {failed}", flush=True)
             by_kind: dict[str, list[float]] = {}
             for label, ms in done.values_list("label", "last_duration_ms"):
-                kind = label.split()[0] if label.startswith("cluster") else label.split()[1].rsplit("-", 2)[0]
+                kind = ("cluster shard" if " part " in label else "cluster") if label.startswith("cluster") else (
+                    label.split()[1].rsplit("-", 2)[0])
                 by_kind.setdefault(kind, []).append(ms / 1000)
             print("    polls (s): " + "; ".join(f"{k} {', '.join(f'{x:.1f}' for x in v)}" for k, v in sorted(by_kind.items())),
                   flush=True)
-            return wall, done.aggregate(s=Sum("last_duration_ms"))["s"] / 1000
+            return wall, done.aggregate(s=Sum("last_duration_ms"))["s"] / 1000, sources
         time.sleep(0.05)
     raise RuntimeError(f"the cycle did not finish within {timeout_s:.0f} s")
 
@@ -383,6 +400,7 @@ def run(args, brokers, stack, work: Path) -> None:
     from django.db import connection
 
     from dashboard.models import Cluster, Store
+    from dashboard.monitoring.shards import cluster_shards_refresh
     from offsetwatch.celery import app
 
     call_command("migrate", verbosity=0)
@@ -392,7 +410,7 @@ def run(args, brokers, stack, work: Path) -> None:
     hbase_pipelines = build_fleet(args, brokers, stack.ports.hbase, stack.ports.zookeeper)
     stores = list(Store.objects.order_by("pk"))
     clusters = list(Cluster.objects.order_by("pk"))
-    sources = [f"store:{s.pk}" for s in stores] + [f"cluster:{c.pk}" for c in clusters]
+    sources = current_sources()
     positions = args.topics * args.groups * args.partitions
     print(f"setup done in {time.perf_counter() - t:.0f} s: {args.topics * args.groups:,} pipelines, "
           f"{positions:,} positions, {len(sources)} sources; work dir {work}", flush=True)
@@ -414,8 +432,15 @@ def run(args, brokers, stack, work: Path) -> None:
         workers = start_workers(count, work, env)
         try:
             wait_for_workers(app, count)
-            warm, _ = one_cycle(sources)
-            print(f"{count} process(es): warm-up cycle {warm:.1f} s", flush=True)
+            # Warm-up cycles until the sources stay the same: the first poll of a large cluster is
+            # whole (no partition count yet), the next fan-out splits it in shards.
+            for _ in range(3):
+                before = current_sources()
+                warm, _, sources = one_cycle()
+                print(f"{count} process(es): warm-up cycle {warm:.1f} s ({len(sources)} sources)", flush=True)
+                cluster_shards_refresh()  # what the next fan-out does first: split a cluster just counted
+                if current_sources() == before:
+                    break
             for _ in range(args.cycles):
                 batch_ms = int(time.time() * 1000)
                 for name, pipelines in hbase_pipelines.items():  # the HBase jobs wrote their next batch
@@ -425,7 +450,7 @@ def run(args, brokers, stack, work: Path) -> None:
                 connection.close()
                 db0, k0, r0 = database_counters(), kafka_requests(brokers), redis_commands(rclient)
                 own = BENCH_QUERIES
-                wall, polls = one_cycle(sources)
+                wall, polls, sources = one_cycle()
                 own = BENCH_QUERIES - own + 4  # + the cycle's end: failed, by kind, sum, the counters' own
                 time.sleep(1.5)  # the relays write their counts every 0.2 s; PostgreSQL its statistics every 1 s
                 db1, k1, r1 = database_counters(), kafka_requests(brokers), redis_commands(rclient)

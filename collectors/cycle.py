@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from collectors.record_times import cycle_record_times
 from dashboard.models import Cluster, Store
+from dashboard.monitoring import shards
 from dashboard.monitoring.read_plan import store_read_plan
 from dashboard.monitoring.selectors import cluster_committed, cluster_topics, kafka_client_config
 from dashboard.monitoring.services import source_health_record, store_reading_record, watermarks_record
@@ -107,16 +108,24 @@ def poll_store(store_id: int, timeout_s: float | None = None) -> int:
     return added
 
 
-def poll_cluster(cluster_id: int, timeout_s: float | None = None) -> int:
-    """Sample the watermarks of every topic tracked on a cluster and record lag. Returns lag samples."""
+def poll_cluster(cluster_id: int, timeout_s: float | None = None, shard: int | None = None) -> int:
+    """Sample the watermarks of every topic tracked on a cluster and record lag. Returns lag samples.
+    A cluster polled in shards (dashboard.monitoring.shards) is polled one `shard` at a time: the
+    topics of that shard only, recorded and evaluated as the whole cluster's would be. A poll for
+    a shard the cluster no longer has (its count changed while the poll was queued) does nothing."""
     cluster = Cluster.objects.get(pk=cluster_id)
-    with _polling(f"cluster:{cluster.pk}", source_label("cluster", cluster.name, cluster.bootstrap_servers),
-                  (cluster.bootstrap_servers,)) as outcome:
-        topics = cluster_topics(cluster=cluster)
+    if (shard is None) != (cluster.shards <= 1) or (shard is not None and shard > cluster.shards):
+        log.info("cluster:%s: poll of shard %s skipped: the cluster is now polled as %d shard(s)",
+                 cluster.pk, shard, cluster.shards)
+        return 0
+    label = shards.shard_label(source_label("cluster", cluster.name, cluster.bootstrap_servers), shard, cluster.shards)
+    with _polling(shards.cluster_source(cluster.pk, shard), label, (cluster.bootstrap_servers,)) as outcome:
+        topics = shards.shard_topics(topics=cluster_topics(cluster=cluster), shard=shard, shards=cluster.shards)
         timeout_s = timeout_s or settings.IO_TIMEOUT_S
         result = read_watermarks(cluster.bootstrap_servers, topics, timeout_s=timeout_s,
                                  chunk_size=settings.KAFKA_LIST_OFFSETS_CHUNK, ping_timeout_s=settings.POLL_PROBE_TIMEOUT_S,
                                  config=kafka_client_config(cluster_name=cluster.name))
+        shards.topic_partitions_record(cluster=cluster, result=result, topics=topics)
         warnings = [f"topic {t!r}: {why}" for t, why in sorted(result.missing.items())]
         topics_of, committed = cluster_committed(cluster=cluster, topics=list(result.by_topic))
         # The records at the committed positions are read after the watermarks, in a thread with
@@ -125,7 +134,7 @@ def poll_cluster(cluster_id: int, timeout_s: float | None = None) -> int:
         marks = {t: {p: (w.low, w.high) for p, w in parts.items()} for t, parts in result.by_topic.items()}
         with ThreadPoolExecutor(1, thread_name_prefix="record-times") as pool:
             reading = pool.submit(cycle_record_times, cluster, marks, topics_of,
-                                  {pk: c.offsets for pk, c in committed.items()}, timeout_s)
+                                  {pk: c.offsets for pk, c in committed.items()}, timeout_s, shard)
 
             def records_later():
                 records = reading.result()
@@ -137,6 +146,8 @@ def poll_cluster(cluster_id: int, timeout_s: float | None = None) -> int:
         if records.warning:
             warnings.append(records.warning)
         outcome.warning = "; ".join(warnings) or None
+        # Which process polled which shard, in the worker's log (and the cross-process test's proof).
+        log.info("%s: %d topic(s) read, %d lag sample(s)", shards.cluster_source(cluster.pk, shard), len(topics), added)
         return added
 
 
@@ -150,9 +161,11 @@ def collect_once() -> CycleSummary:
             summary.batches_added += poll_store(store_id)
         except SourceFailed as exc:
             summary.errors.append(str(exc))
-    for cluster_id in Cluster.objects.values_list("pk", flat=True):
-        try:
-            summary.lag_samples += poll_cluster(cluster_id)
-        except SourceFailed as exc:
-            summary.errors.append(str(exc))
+    shards.cluster_shards_refresh()
+    for cluster_id, count in Cluster.objects.values_list("pk", "shards"):
+        for shard in ([None] if count <= 1 else range(1, count + 1)):
+            try:
+                summary.lag_samples += poll_cluster(cluster_id, shard=shard)
+            except SourceFailed as exc:
+                summary.errors.append(str(exc))
     return summary

@@ -27,6 +27,7 @@ from collectors import locks
 from dashboard.models import SourceHealth, Store
 from dashboard.monitoring import health as collector_health
 from dashboard.monitoring.services import source_health_record
+from dashboard.monitoring.shards import cluster_shards_refresh
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ def cycle_fan_out(*, now: datetime, enqueue: Callable[[str, bool], None]) -> Fan
     """Record the tick (the "collector:beat" row) and send one poll per due, idle source."""
     source_health_record(source=collector_health.BEAT_SOURCE, label=collector_health.BEAT_LABEL,
                                   started_at=now, duration_ms=0)
+    # A large cluster's shard count first (from what its polls last read): the sources due are its shards.
+    cluster_shards_refresh()
     full, probe = collector_health.sources_due(now=now)
     result = FanOut()
     client = locks.redis_client()
@@ -64,10 +67,14 @@ def cycle_fan_out(*, now: datetime, enqueue: Callable[[str, bool], None]) -> Fan
     return result
 
 
-def cluster_stores_wait(cluster_id: int, bound_s: float | None = None, step_s: float = 0.05) -> list[str]:
+def cluster_stores_wait(cluster_id: int, bound_s: float | None = None, step_s: float = 0.05,
+                        source: str | None = None) -> list[str]:
     """Wait until none of the cluster's enabled stores is queued or polling, at most `bound_s`
     (CLUSTER_WAIT_FOR_STORES_S). Stores whose last poll failed are not waited for (their poll is
-    a probe or a backed-off attempt; the cadence of the others comes first). Returns the stores
+    a probe or a backed-off attempt; the cadence of the others comes first). With `source` (the
+    waiting poll's own source, still marked queued), a store queued after it is not waited for:
+    that is a later cycle's poll, behind this one in the queue (with few worker processes, each
+    shard of a cluster would otherwise hold its process for the whole bound). Returns the stores
     still busy when the bound passed (their previous offsets are evaluated; logged). The
     database or Redis away: no wait (the poll goes on and records its own failure)."""
     bound_s = settings.CLUSTER_WAIT_FOR_STORES_S if bound_s is None else bound_s
@@ -81,10 +88,11 @@ def cluster_stores_wait(cluster_id: int, bound_s: float | None = None, step_s: f
                       .values_list("source", flat=True))
         busy = [s for s in stores if s not in failing]
         client = locks.redis_client() if busy else None
-        busy = locks.sources_busy(client, busy) if busy else []
+        mine = locks.queued_at(client, source) if busy and source else None
+        busy = locks.sources_busy(client, busy, mine) if busy else []
         while busy and time.monotonic() < deadline:
             time.sleep(step_s)
-            busy = locks.sources_busy(client, busy)
+            busy = locks.sources_busy(client, busy, mine)
     except Exception as exc:  # DatabaseError, RedisError and their kin: the poll must not depend on them
         log.warning("cluster:%s: stores' polls not awaited (%s)", cluster_id, exc)
         return []

@@ -102,17 +102,40 @@ def queued_mark(client: redis.Redis, source: str) -> bool:
     """Mark `source` as queued; False (and nothing marked) if it is queued or its poll runs."""
     if client.exists(f"{POLL_LOCK_PREFIX}{source}"):
         return False
-    return bool(client.set(f"{QUEUED_PREFIX}{source}", "1", nx=True, ex=max(1, round(settings.POLL_QUEUED_TTL_S))))
+    # The mark holds when it was set: a cluster's poll waits only for stores queued before it.
+    return bool(client.set(f"{QUEUED_PREFIX}{source}", repr(time.time()), nx=True,
+                           ex=max(1, round(settings.POLL_QUEUED_TTL_S))))
 
 
-def sources_busy(client: redis.Redis, sources: list[str]) -> list[str]:
-    """The sources among `sources` that are queued or whose poll runs (two keys each, one round trip)."""
+def queued_at(client: redis.Redis, source: str) -> float | None:
+    """When `source` was queued (its mark's time), None when it is not queued."""
+    value = client.get(f"{QUEUED_PREFIX}{source}")
+    return None if value is None else _mark_time(value)
+
+
+def _mark_time(value: bytes) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        return 0.0  # a mark of another version: as early as can be
+
+
+def sources_busy(client: redis.Redis, sources: list[str], queued_before: float | None = None) -> list[str]:
+    """The sources among `sources` whose poll runs or that are queued (two keys each, one round
+    trip); with `queued_before`, only those queued at or before that time count as queued."""
     if not sources:
         return []
     pipe = client.pipeline(transaction=False)
     for source in sources:
-        pipe.exists(f"{QUEUED_PREFIX}{source}", f"{POLL_LOCK_PREFIX}{source}")
-    return [source for source, found in zip(sources, pipe.execute()) if found]
+        pipe.get(f"{QUEUED_PREFIX}{source}")
+        pipe.exists(f"{POLL_LOCK_PREFIX}{source}")
+    found = pipe.execute()
+    busy = []
+    for source, mark, running in zip(sources, found[::2], found[1::2]):
+        queued = mark is not None and (queued_before is None or _mark_time(mark) <= queued_before)
+        if running or queued:
+            busy.append(source)
+    return busy
 
 
 def queued_clear(source: str, client: redis.Redis | None = None) -> None:

@@ -45,10 +45,13 @@ def budget_s(positions: int) -> float:
 
 def cycle_record_times(
     cluster, marks: dict[str, dict[int, tuple[int, int]]], topics_of: dict[int, str], committed: dict[int, dict[int, int]],
-    timeout_s: float,
+    timeout_s: float, shard: int | None = None,
 ) -> CycleRecordTimes:
     """The record timestamps at this cycle's positions: remembered ones, then reads (the
-    positions left unread last cycle first, then the most lagging), within the budget."""
+    positions left unread last cycle first, then the most lagging), within the budget. A shard
+    of a cluster's poll (`shard`) remembers its own positions under its own key: each poll keeps
+    only its own cycle's positions."""
+    memory = cluster.pk if shard is None else f"{cluster.pk}/{shard}"
     out = CycleRecordTimes()
     cap = settings.RECORD_TIMESTAMP_PARTITIONS
     if cap <= 0:
@@ -56,9 +59,9 @@ def cycle_record_times(
     positions, deleted = record_positions(topics=topics_of, committed=committed, marks=marks)
     out.missing.update((pos, "record deleted by retention") for pos in deleted)
     if not positions:
-        _save(cluster.pk, {}, [])
+        _save(memory, {}, [])
         return out
-    known, pending = _load(cluster.pk)
+    known, pending = _load(memory)
     to_read = []
     for pos in positions:
         if pos in known:
@@ -93,17 +96,17 @@ def cycle_record_times(
     remembered: dict[Position, int | str] = {pos: out.found[pos] for pos in positions if pos in out.found}
     # A record gone stays gone (compacted, no timestamp): remembered too; "not read" is not.
     remembered.update((pos, why) for pos, why in out.missing.items() if why.startswith(("no record", "the record has")))
-    _save(cluster.pk, remembered, unread)
+    _save(memory, remembered, unread)
     return out
 
 
-def _key(cluster_pk: int) -> str:
-    return f"{RECORD_TIMES_PREFIX}{cluster_pk}"
+def _key(memory: int | str) -> str:
+    return f"{RECORD_TIMES_PREFIX}{memory}"
 
 
-def _load(cluster_pk: int) -> tuple[dict[Position, int | str], set[Position]]:
+def _load(memory: int | str) -> tuple[dict[Position, int | str], set[Position]]:
     try:
-        raw = redis_client().get(_key(cluster_pk))
+        raw = redis_client().get(_key(memory))
     except redis.exceptions.RedisError as exc:
         log.warning("record timestamps remembered in Redis not read (%s): all are read again", exc)
         return {}, set()
@@ -118,12 +121,12 @@ def _load(cluster_pk: int) -> tuple[dict[Position, int | str], set[Position]]:
     return known, pending
 
 
-def _save(cluster_pk: int, known: dict[Position, int | str], pending: list[Position]) -> None:
+def _save(memory: int | str, known: dict[Position, int | str], pending: list[Position]) -> None:
     """Only this cycle's positions are kept: the key holds at most one entry per position."""
 
     data = json.dumps({"known": [[t, p, o, v] for (t, p, o), v in known.items()],
                        "pending": [list(pos) for pos in pending]}, separators=(",", ":"))
     try:
-        redis_client().set(_key(cluster_pk), data, ex=int(max(3600, 10 * settings.POLL_INTERVAL_S)))
+        redis_client().set(_key(memory), data, ex=int(max(3600, 10 * settings.POLL_INTERVAL_S)))
     except redis.exceptions.RedisError as exc:
         log.warning("record timestamps not remembered in Redis (%s): they are read again next cycle", exc)

@@ -26,6 +26,9 @@ class Cluster(models.Model):
 
     name = models.CharField(max_length=200, unique=True)
     bootstrap_servers = models.CharField(max_length=1000)
+    # Its poll is split in this many shards of its topics (dashboard.monitoring.shards): set by
+    # the fan-out only, so the fan-out, the polls and the pages read one number (not editable).
+    shards = models.PositiveSmallIntegerField(default=1, editable=False)
 
     def __str__(self) -> str:
         return self.name
@@ -78,10 +81,24 @@ class Store(models.Model):
             raise ValidationError({"url": str(exc)}) from None
 
 
+class ClusterTopic(models.Model):
+    """A tracked topic's partition count, as a poll of its cluster last read it: what a cluster's
+    shard count is derived from (dashboard.monitoring.shards). Its own table, not a field of
+    Cluster: pages join the cluster of every pipeline they show, and need none of this."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="topic_counts")
+    topic = models.CharField(max_length=255)
+    partitions = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "topic"], name="cluster_topic_unique")]
+
+
 class SourceHealth(models.Model):
     """The last poll of one source (a store or a cluster's watermarks): success or error and when."""
 
-    source = models.CharField(max_length=100, unique=True)  # "store:<id>" or "cluster:<id>"
+    # "store:<id>", "cluster:<id>", or "cluster:<id>/<shard>" for a cluster polled in shards
+    source = models.CharField(max_length=100, unique=True)
     label = models.CharField(max_length=300)
     last_attempt_at = models.DateTimeField(null=True)
     last_success_at = models.DateTimeField(null=True)

@@ -20,7 +20,8 @@ Environment variables (see README, configuration):
   OFFSETWATCH_POLL_TIME_LIMIT, OFFSETWATCH_POLL_LOCK_TTL, OFFSETWATCH_POLL_QUEUED_TTL, OFFSETWATCH_POLL_BACKOFF_MAX,
   OFFSETWATCH_POLL_PROBE_TIMEOUT, OFFSETWATCH_COLLECTOR_STALE_AFTER, OFFSETWATCH_KAFKA_CLIENT_CONFIGS,
   OFFSETWATCH_DB_CONNECT_TIMEOUT, OFFSETWATCH_DB_RETRY_AFTER, OFFSETWATCH_FUTURE_BATCH_TOLERANCE,
-  OFFSETWATCH_LATE_BATCH_WINDOW, OFFSETWATCH_STORE_DISCOVERY_INTERVAL, OFFSETWATCH_REWIND_CLAIM_LEASE
+  OFFSETWATCH_LATE_BATCH_WINDOW, OFFSETWATCH_STORE_DISCOVERY_INTERVAL, OFFSETWATCH_REWIND_CLAIM_LEASE,
+  OFFSETWATCH_CLUSTER_SHARD_PARTITIONS
 """
 from __future__ import annotations
 
@@ -501,6 +502,16 @@ MIDDLEWARE.insert(0, "dashboard.api.errors.ApiJsonErrorsMiddleware")
 # does not hold the cluster's poll longer (a quarter interval at most: the cadence is kept).
 CLUSTER_WAIT_FOR_STORES_S = env_float("OFFSETWATCH_CLUSTER_WAIT_FOR_STORES",
                                       min(2.0, POLL_INTERVAL_S / 4, IO_TIMEOUT_S))
+# Issue #16: a cluster whose poll evaluates more partitions than this (each tracked topic's
+# partitions once per pipeline reading it: the evaluation is most of a poll's time) is polled
+# (watermarks read, lag sampled, pipelines evaluated) as several shards of its topics, each its
+# own task, lock, backoff and health row, so worker processes share one large cluster. 20,000
+# (docs/scaling.md): a poll of 50,000 took 1.5-5 s on this 2-core machine when quiet and 15-21 s
+# when shared, so a shard stays well under the 10 s interval even then; each shard also costs a
+# fixed share (a Kafka client's metadata, a few queries, a lock), and at 100,000 positions shards
+# of 20,000 gave cycles of 6.7-7.6 s on 2 processes where 10,000 gave 10.4-10.6 s. A cluster of
+# that size or smaller stays one poll, exactly as before. 0 turns it off.
+CLUSTER_SHARD_PARTITIONS = env_int("OFFSETWATCH_CLUSTER_SHARD_PARTITIONS", 20_000)
 # --- Lag in seconds from every group's own record (issue #13: docs/LAG_SECONDS.md) -------------
 # The record reads of one cluster poll may take BASE + PER_POSITION ms per position read, at most
 # MAX seconds; positions left unread are read first the next cycle.

@@ -199,7 +199,8 @@ def _oldest_watermarks_grouped(cluster: Cluster, topics: list[str], since: datet
     """In Django's terms (the demo's SQLite), in two queries."""
     firsts = dict(WatermarkSample.objects.filter(cluster=cluster, topic__any=topics, sampled_at__gte=since)
                   .values("topic").annotate(first=Min("sampled_at")).values_list("topic", "first"))
-    # All topics of a cluster are sampled in the same cycles, so the distinct first times are few.
+    # All topics of a cluster (or of one shard of its poll) are sampled in the same cycles, so the
+    # distinct first times are few.
     rows = WatermarkSample.objects.filter(
         cluster=cluster, topic__any=list(firsts), sampled_at__in=set(firsts.values()),
     ).values_list("topic", "sampled_at", "partitions", "lows", "highs")

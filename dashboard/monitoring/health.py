@@ -25,6 +25,7 @@ from django.conf import settings
 
 from dashboard.models import Cluster, SourceHealth, Store
 from dashboard.monitoring.redis_keys import BEAT_SENT_KEY, POLL_LOCK_PREFIX, POLLING_KEY
+from dashboard.monitoring.shards import cluster_sources
 
 COLLECTOR_PREFIX = "collector:"
 BEAT_SOURCE = "collector:beat"  # the SourceHealth row collect_all writes each time it runs
@@ -40,9 +41,12 @@ def poll_ended_at(health: SourceHealth) -> datetime | None:
 
 
 def sources_polled() -> list[str]:
-    """The sources collect_all polls: every enabled store, every cluster."""
+    """The sources collect_all polls: every enabled store, every cluster (each of its shards when
+    it is polled in shards: dashboard.monitoring.shards)."""
     sources = [f"store:{pk}" for pk in Store.objects.filter(enabled=True).order_by("pk").values_list("pk", flat=True)]
-    return sources + [f"cluster:{pk}" for pk in Cluster.objects.order_by("pk").values_list("pk", flat=True)]
+    for pk, shards in Cluster.objects.order_by("pk").values_list("pk", "shards"):
+        sources += cluster_sources(pk, shards)
+    return sources
 
 
 def full_attempt_due(failures: int) -> bool:

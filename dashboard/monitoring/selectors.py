@@ -28,6 +28,7 @@ from dashboard.models import (
 )
 from dashboard.monitoring import health as collector_state
 from dashboard.monitoring.partition_rows import BATCH_COLUMNS
+from dashboard.monitoring.shards import pipeline_cluster_source
 
 
 def cluster_topics(*, cluster: Cluster) -> list[str]:
@@ -59,13 +60,11 @@ def _source_reasons(health: SourceHealth | None, what: str, now: datetime) -> li
 def pipeline_freshness(*, pipeline: Pipeline, now: datetime | None = None) -> Freshness:
     """Whether the numbers shown for a pipeline are current, and if not, why."""
     now = now or timezone.now()
-    healths = {h.source: h for h in SourceHealth.objects.filter(
-        source__in=[f"store:{pipeline.store_id}", f"cluster:{pipeline.store.cluster_id}"]
-    )}
+    # A cluster polled in shards: the row of the shard whose poll reads this pipeline's topic.
+    cluster_source = pipeline_cluster_source(cluster=pipeline.store.cluster, topic=pipeline.topic)
+    healths = {h.source: h for h in SourceHealth.objects.filter(source__in=[f"store:{pipeline.store_id}", cluster_source])}
     reasons = _source_reasons(healths.get(f"store:{pipeline.store_id}"), f"store {pipeline.store.name}", now)
-    reasons += _source_reasons(
-        healths.get(f"cluster:{pipeline.store.cluster_id}"), f"cluster {pipeline.store.cluster.name}", now
-    )
+    reasons += _source_reasons(healths.get(cluster_source), f"cluster {pipeline.store.cluster.name}", now)
     return Freshness(stale=bool(reasons), reasons=reasons)
 
 

@@ -258,6 +258,9 @@ def watermarks_record(
 ) -> int:
     """Store the cluster's watermarks (one row per topic), then per pipeline reading its topics a
     lag sample, and evaluate them all (status, lag in seconds, retention risk, incidents).
+    Everything here follows the topics of `result`: a shard of a cluster's poll (dashboard.
+    monitoring.shards) passes its own topics' watermarks and records and evaluates their
+    pipelines only (a topic's pipelines, twins included, are always in one shard).
     `record_times`: (topic, partition, offset) -> timestamp (ms) of the record at that offset,
     read from the broker; lag in seconds comes from them where they match the committed offset.
     `record_misses`: (topic, partition, offset) -> why that record's timestamp is not known (gone,
