@@ -88,7 +88,7 @@ def cluster_stores_wait(cluster_id: int, bound_s: float | None = None, step_s: f
                       .values_list("source", flat=True))
         busy = [s for s in stores if s not in failing]
         client = locks.redis_client() if busy else None
-        mine = locks.queued_at(client, source) if busy and source else None
+        mine = locks.queued_order(client, source) if busy and source else None
         busy = locks.sources_busy(client, busy, mine) if busy else []
         while busy and time.monotonic() < deadline:
             time.sleep(step_s)

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 import redis
 from django.conf import settings
 
-from dashboard.monitoring.redis_keys import POLL_LOCK_PREFIX, POLLING_KEY, QUEUED_PREFIX
+from dashboard.monitoring.redis_keys import POLL_LOCK_PREFIX, POLLING_KEY, QUEUED_ORDER_KEY, QUEUED_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -102,27 +102,29 @@ def queued_mark(client: redis.Redis, source: str) -> bool:
     """Mark `source` as queued; False (and nothing marked) if it is queued or its poll runs."""
     if client.exists(f"{POLL_LOCK_PREFIX}{source}"):
         return False
-    # The mark holds when it was set: a cluster's poll waits only for stores queued before it.
-    return bool(client.set(f"{QUEUED_PREFIX}{source}", repr(time.time()), nx=True,
+    # The mark holds its place in the order of every mark (a Redis counter, not a clock: beat's
+    # fan-out runs on any worker host): a cluster's poll waits only for stores queued before it.
+    order = client.incr(QUEUED_ORDER_KEY)
+    return bool(client.set(f"{QUEUED_PREFIX}{source}", str(order), nx=True,
                            ex=max(1, round(settings.POLL_QUEUED_TTL_S))))
 
 
-def queued_at(client: redis.Redis, source: str) -> float | None:
-    """When `source` was queued (its mark's time), None when it is not queued."""
+def queued_order(client: redis.Redis, source: str) -> int | None:
+    """`source`'s place in the order polls were queued in, None when it is not queued."""
     value = client.get(f"{QUEUED_PREFIX}{source}")
-    return None if value is None else _mark_time(value)
+    return None if value is None else _mark_order(value)
 
 
-def _mark_time(value: bytes) -> float:
+def _mark_order(value: bytes) -> int:
     try:
-        return float(value)
+        return int(value)
     except ValueError:
-        return 0.0  # a mark of another version: as early as can be
+        return 0  # a mark of another version: as early as can be
 
 
-def sources_busy(client: redis.Redis, sources: list[str], queued_before: float | None = None) -> list[str]:
+def sources_busy(client: redis.Redis, sources: list[str], queued_before: int | None = None) -> list[str]:
     """The sources among `sources` whose poll runs or that are queued (two keys each, one round
-    trip); with `queued_before`, only those queued at or before that time count as queued."""
+    trip); with `queued_before` (a queued_order), only those queued before it count as queued."""
     if not sources:
         return []
     pipe = client.pipeline(transaction=False)
@@ -132,7 +134,7 @@ def sources_busy(client: redis.Redis, sources: list[str], queued_before: float |
     found = pipe.execute()
     busy = []
     for source, mark, running in zip(sources, found[::2], found[1::2]):
-        queued = mark is not None and (queued_before is None or _mark_time(mark) <= queued_before)
+        queued = mark is not None and (queued_before is None or _mark_order(mark) < queued_before)
         if running or queued:
             busy.append(source)
     return busy

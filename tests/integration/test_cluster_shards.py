@@ -277,9 +277,7 @@ def test_a_shard_waits_for_its_stores_queued_before_it_not_for_a_later_cycles(fl
         locks.queued_clear(source, client)
     try:
         assert locks.queued_mark(client, stores[0])  # this cycle's store, queued first
-        time.sleep(0.01)
         assert locks.queued_mark(client, shard)
-        time.sleep(0.01)
         assert locks.queued_mark(client, stores[1])  # the next tick's, behind the shard
         assert fanout.cluster_stores_wait(cluster.pk, bound_s=0.3, source=shard) == [stores[0]]
         locks.queued_clear(stores[0], client)  # its poll started... and ended
