@@ -28,7 +28,7 @@ from dashboard.models import (
 )
 from dashboard.monitoring import health as collector_state
 from dashboard.monitoring.partition_rows import BATCH_COLUMNS
-from dashboard.monitoring.shards import pipeline_cluster_source
+from dashboard.monitoring.shards import cluster_last_poll, pipeline_cluster_source
 
 
 def cluster_topics(*, cluster: Cluster) -> list[str]:
@@ -64,7 +64,11 @@ def pipeline_freshness(*, pipeline: Pipeline, now: datetime | None = None) -> Fr
     cluster_source = pipeline_cluster_source(cluster=pipeline.store.cluster, topic=pipeline.topic)
     healths = {h.source: h for h in SourceHealth.objects.filter(source__in=[f"store:{pipeline.store_id}", cluster_source])}
     reasons = _source_reasons(healths.get(f"store:{pipeline.store_id}"), f"store {pipeline.store.name}", now)
-    reasons += _source_reasons(healths.get(cluster_source), f"cluster {pipeline.store.cluster.name}", now)
+    cluster_health = healths.get(cluster_source)
+    if cluster_health is None:
+        # Its shard has not polled yet (the cluster's shard count just changed): the cluster's last poll.
+        cluster_health = cluster_last_poll(pipeline.store.cluster_id)
+    reasons += _source_reasons(cluster_health, f"cluster {pipeline.store.cluster.name}", now)
     return Freshness(stale=bool(reasons), reasons=reasons)
 
 

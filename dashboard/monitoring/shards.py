@@ -9,13 +9,16 @@ partition count: offsetwatch.lib.shards (pure).
 N is `Cluster.shards`, written by the fan-out only (`cluster_shards_refresh`, each cycle, from
 the `ClusterTopic` rows: each poll keeps the partition count of the topics it read), so the fan-out, the
 polls and the pages read one number. A poll sent for a shard that no longer exists (N changed
-while it was queued) does nothing; the health rows of such shards are deleted by the next fan-out.
+while it was queued) does nothing; the health rows of such shards are deleted by the fan-out: a
+failing one at once, the others once every new source of the cluster has polled (until then a
+pipeline shows the cluster's last poll, not "never collected").
 """
 from __future__ import annotations
 
 import logging
 
 from django.conf import settings
+from django.db.models import Q
 
 from dashboard.models import Cluster, ClusterTopic, Pipeline, SourceHealth
 from offsetwatch.lib.shards import shard_count, shard_of
@@ -99,15 +102,31 @@ def cluster_shards_refresh() -> dict[int, int]:
                      cluster.pk, partitions, counts[cluster.pk], cluster.shards)
             Cluster.objects.filter(pk=cluster.pk).update(shards=counts[cluster.pk])
     current = {s for pk, n in counts.items() for s in cluster_sources(pk, n)}
-    stale = []
-    for pk, source in SourceHealth.objects.filter(source__startswith="cluster:").values_list("pk", "source"):
+    rows_of: dict[int, list[tuple[int, str, bool, bool]]] = {}
+    for pk, source, attempted, failures in SourceHealth.objects.filter(source__startswith="cluster:").values_list(
+            "pk", "source", "last_attempt_at", "consecutive_failures"):
         try:
             cluster_id, _ = source_parse(source)
         except ValueError:
             continue
-        # A removed cluster's row is left as it was before shards existed (shown idle).
-        if cluster_id in counts and source not in current:
-            stale.append(pk)
+        rows_of.setdefault(cluster_id, []).append((pk, source, attempted is not None, failures > 0))
+    stale = []
+    for cluster_id, rows in rows_of.items():
+        if cluster_id not in counts:
+            continue  # a removed cluster's row is left as it was before shards existed (shown idle)
+        # The healthy old rows of a cluster whose count changed stay until each of its new sources
+        # has polled: until then they are its last poll (pipeline_freshness reads them), not "never
+        # collected". A failing old row goes at once: it no longer describes any poll.
+        polled = {source for _, source, attempted, _ in rows if attempted}
+        all_polled = all(s in polled for s in cluster_sources(cluster_id, counts[cluster_id]))
+        stale += [pk for pk, source, _, failing in rows if source not in current and (all_polled or failing)]
     if stale:
         SourceHealth.objects.filter(pk__in=stale).delete()
     return counts
+
+
+def cluster_last_poll(cluster_id: int) -> SourceHealth | None:
+    """The newest health row of any of a cluster's sources (its whole poll or a shard's): what a
+    pipeline shows while its own shard has not polled yet, just after the shard count changed."""
+    rows = SourceHealth.objects.filter(Q(source=cluster_source(cluster_id)) | Q(source__startswith=f"cluster:{cluster_id}/"))
+    return rows.exclude(last_attempt_at=None).order_by("-last_attempt_at").first()

@@ -103,7 +103,10 @@ def test_a_large_cluster_is_polled_in_shards_each_pipeline_sampled_and_evaluated
     pipelines = list(Pipeline.objects.filter(store__cluster=cluster))
     assert len(pipelines) == 2 * SHARDS + 1
 
-    # One health row per shard, labelled with its part; the whole cluster's row is gone.
+    # The whole cluster's row stayed until every shard had polled (its pipelines' last poll meanwhile),
+    # and goes with the next fan-out: one health row per shard, labelled with its part.
+    assert SourceHealth.objects.filter(source=f"cluster:{cluster.pk}").exists()
+    cluster_shards_refresh()
     rows = {h.source: h for h in SourceHealth.objects.filter(source__startswith=f"cluster:{cluster.pk}")}
     assert sorted(rows) == _shard_sources(cluster)
     assert [rows[s].label.rsplit(" part ", 1)[1] for s in _shard_sources(cluster)] == ["1 of 3", "2 of 3", "3 of 3"]
@@ -140,7 +143,16 @@ def test_the_shard_count_follows_the_partitions_evaluated_and_old_shards_leave_n
         "source", flat=True)) == _shard_sources(cluster)[:2]
     settings.CLUSTER_SHARD_PARTITIONS = 14
     assert cluster_shards_refresh()[cluster.pk] == 1
-    assert not SourceHealth.objects.filter(source__startswith=f"cluster:{cluster.pk}").exists()
+    # Until the whole cluster has polled, its shards' rows are its last poll: a pipeline is not
+    # shown "never collected" for the cycle after the change.
+    assert sorted(SourceHealth.objects.filter(source__startswith=f"cluster:{cluster.pk}").values_list(
+        "source", flat=True)) == _shard_sources(cluster)[:2]
+    pipeline = Pipeline.objects.select_related("store__cluster").filter(store=store).first()
+    assert pipeline_freshness(pipeline=pipeline).stale is False
+    cycle.poll_cluster(cluster.pk)
+    cluster_shards_refresh()
+    assert list(SourceHealth.objects.filter(source__startswith=f"cluster:{cluster.pk}").values_list(
+        "source", flat=True)) == [f"cluster:{cluster.pk}"]
     # Its pipelines removed, a topic counts no more.
     settings.CLUSTER_SHARD_PARTITIONS = 11
     assert cluster_shards_refresh()[cluster.pk] == 2
@@ -210,9 +222,13 @@ def test_one_failing_shard_leaves_the_others_evaluated_and_is_shown_failing(flee
     from django.conf import settings
     settings.CLUSTER_SHARD_PARTITIONS = 0
     assert collect_once().errors == []
+    # The failing shard's row went at once; the others were the cluster's last poll until it had
+    # polled whole, and go with the next fan-out.
+    assert not [h for h in unreachable_sources() if h.source.startswith(f"cluster:{cluster.pk}")]
+    assert not SourceHealth.objects.filter(source=f"cluster:{cluster.pk}/2").exists()
+    cluster_shards_refresh()
     assert list(SourceHealth.objects.filter(source__startswith=f"cluster:{cluster.pk}").values_list("source", flat=True)) == [
         f"cluster:{cluster.pk}"]
-    assert not [h for h in unreachable_sources() if h.source.startswith(f"cluster:{cluster.pk}")]
 
 
 # --- two separate worker processes share one cluster's shards ---------------------------------------
