@@ -12,6 +12,7 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, Kafka
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
 from streamoffsets.errors import OffsetStoreError, StoreUnreachable
+from streamoffsets.kafka_clients import admin_client
 from streamoffsets.types import Watermarks
 from streamoffsets.urls import hosts_without_userinfo, mask_url
 
@@ -43,8 +44,11 @@ class RecordTimes:
 
 class KafkaWatermarkReader:
     def __init__(
-        self, bootstrap_servers: str, timeout_s: float = 5.0, config: dict | None = None, chunk_size: int = 500
+        self, bootstrap_servers: str, timeout_s: float = 5.0, config: dict | None = None, chunk_size: int = 500,
+        shared_client: bool = False,
     ):
+        # `shared_client`: the process's kept admin client for this configuration
+        # (streamoffsets.kafka_clients), for a caller that reads the same cluster again and again.
         # No user part: librdkafka takes none there and would print it in its own log lines.
         self.bootstrap = hosts_without_userinfo(bootstrap_servers)
         self.timeout_s = timeout_s
@@ -62,7 +66,7 @@ class KafkaWatermarkReader:
         }
         conf.update(config or {})
         self._config = dict(config or {})  # the cluster's client properties, for the record consumer too
-        self._admin = AdminClient(conf)
+        self._admin = admin_client(conf) if shared_client else AdminClient(conf)
 
     def ping(self, timeout_s: float) -> None:
         """Read the cluster's topic metadata, waiting at most `timeout_s`: a broker that is down

@@ -23,6 +23,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from streamoffsets.errors import MalformedRecord, OffsetStoreError, StoreUnreachable
+from streamoffsets.kafka_clients import admin_client
 from streamoffsets.stores.base import StoreBase
 from streamoffsets.types import BatchOffsets, HistoryPage, PipelineKey, RowProblem
 from streamoffsets.urls import hosts_without_userinfo, mask_url
@@ -69,6 +70,9 @@ class KafkaGroupOffsetStore(StoreBase):
             **(config or {}),
         }
         self._admin: AdminClient | None = None
+        # True: the process's kept admin client for this configuration (streamoffsets.kafka_clients),
+        # for the collectors, which read the same groups every cycle.
+        self.shared_client = False
         self._committers: dict[str, Consumer] = {}
         self._groups: list[str] | None = None  # the ping's listing, for the read that follows
 
@@ -81,7 +85,8 @@ class KafkaGroupOffsetStore(StoreBase):
 
     def _admin_client(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient({**self._config, "request.timeout.ms": int(self.timeout_s * 1000)})
+            conf = {**self._config, "request.timeout.ms": int(self.timeout_s * 1000)}
+            self._admin = admin_client(conf) if self.shared_client else AdminClient(conf)
         return self._admin
 
     def ping(self, timeout_s: float) -> None:

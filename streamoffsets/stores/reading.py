@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 
 from streamoffsets.errors import OffsetStoreError, StoreUnreachable
 from streamoffsets.kafka import KafkaWatermarkReader, RecordTimes, WatermarkResult
+from streamoffsets.kafka_clients import clients_drop
 from streamoffsets.stores.registry import open_store
 from streamoffsets.types import BatchOffsets, PipelineKey, RowProblem
 
@@ -69,46 +70,57 @@ def read_store(
     it; rows dated beyond the horizon reported, not read. Stores without history give their
     current state (the service decides what is new)."""
     with closing(open_store(url, timeout_s=timeout_s, kafka_config=kafka_config)) as store:
-        if ping_timeout_s and hasattr(store, "ping"):
-            # A server that does not answer holds this worker process for the ping's short
-            # timeout only, so the other sources keep their cadence (issue #11).
-            store.ping(ping_timeout_s)
-        reading = StoreReading(keeps_history=store.keeps_history)
-        if hasattr(store, "snapshot"):
-            # Stores that only hold current offsets give every pipeline's in one pass.
-            current, reading.problems = store.snapshot()
-            reading.pipelines = sorted(current)
-            reading.batches = {key: [batch] for key, batch in current.items()}
-            reading.discovered = True
-            return reading
-        if plan.discover:
-            found, reading.problems = store.list_pipelines()
-            reading.pipelines = sorted(set(found) | set(plan.positions))
-            reading.discovered = True
-        else:
-            reading.pipelines = sorted(plan.positions)
-        if not store.keeps_history and hasattr(store, "histories"):
-            # Stores that read many pipelines' current state in a few pipelined rounds (ZooKeeper).
-            for key, page in store.histories(reading.pipelines).items():
-                if isinstance(page, OffsetStoreError):  # one unreadable pipeline: its problem
-                    reading.problems.append(RowProblem(page.store, page.key, page.problem))
-                    continue
+        if not hasattr(store, "shared_client"):
+            return _read_store(store, plan, ping_timeout_s)
+        store.shared_client = True  # read every cycle: the process's kept client (kafka_clients)
+        try:
+            return _read_store(store, plan, ping_timeout_s)
+        except BaseException:  # a time limit too: the next read starts on a fresh connection
+            clients_drop(store.bootstrap)
+            raise
+
+
+def _read_store(store, plan: ReadPlan, ping_timeout_s: float | None) -> StoreReading:
+    if ping_timeout_s and hasattr(store, "ping"):
+        # A server that does not answer holds this worker process for the ping's short
+        # timeout only, so the other sources keep their cadence (issue #11).
+        store.ping(ping_timeout_s)
+    reading = StoreReading(keeps_history=store.keeps_history)
+    if hasattr(store, "snapshot"):
+        # Stores that only hold current offsets give every pipeline's in one pass.
+        current, reading.problems = store.snapshot()
+        reading.pipelines = sorted(current)
+        reading.batches = {key: [batch] for key, batch in current.items()}
+        reading.discovered = True
+        return reading
+    if plan.discover:
+        found, reading.problems = store.list_pipelines()
+        reading.pipelines = sorted(set(found) | set(plan.positions))
+        reading.discovered = True
+    else:
+        reading.pipelines = sorted(plan.positions)
+    if not store.keeps_history and hasattr(store, "histories"):
+        # Stores that read many pipelines' current state in a few pipelined rounds (ZooKeeper).
+        for key, page in store.histories(reading.pipelines).items():
+            if isinstance(page, OffsetStoreError):  # one unreadable pipeline: its problem
+                reading.problems.append(RowProblem(page.store, page.key, page.problem))
+                continue
+            reading.batches[key] = page.batches
+            reading.problems.extend(page.problems)
+        return reading
+    for key in reading.pipelines:
+        try:
+            if store.keeps_history:
+                _read_history(store, key, plan, reading)
+            else:  # the current state, whatever its time: the service decides what is new
+                page = store.history(key.topic, key.group)
                 reading.batches[key] = page.batches
                 reading.problems.extend(page.problems)
-            return reading
-        for key in reading.pipelines:
-            try:
-                if store.keeps_history:
-                    _read_history(store, key, plan, reading)
-                else:  # the current state, whatever its time: the service decides what is new
-                    page = store.history(key.topic, key.group)
-                    reading.batches[key] = page.batches
-                    reading.problems.extend(page.problems)
-            except StoreUnreachable:
-                raise  # the whole source is down: recorded as such by the caller
-            except OffsetStoreError as exc:
-                # One unreadable pipeline is shown as a problem; the others are still read.
-                reading.problems.append(RowProblem(exc.store, exc.key, exc.problem))
+        except StoreUnreachable:
+            raise  # the whole source is down: recorded as such by the caller
+        except OffsetStoreError as exc:
+            # One unreadable pipeline is shown as a problem; the others are still read.
+            reading.problems.append(RowProblem(exc.store, exc.key, exc.problem))
     return reading
 
 
@@ -149,11 +161,17 @@ def read_watermarks(
     bootstrap: str, topics: list[str], timeout_s: float, chunk_size: int = 500, config: dict | None = None,
     ping_timeout_s: float | None = None,
 ) -> WatermarkResult:
-    reader = KafkaWatermarkReader(bootstrap, timeout_s=timeout_s, chunk_size=chunk_size, config=config)
-    if ping_timeout_s and topics:  # no topic tracked: nothing is asked of the brokers
-        reader.ping(ping_timeout_s)
-    result = reader.watermarks(sorted(set(topics)))
-    result.compacted = compacted_topics(reader, bootstrap, list(result.by_topic))
+    # Read every cycle: the process's kept admin client (kafka_clients), dropped when a read fails.
+    reader = KafkaWatermarkReader(bootstrap, timeout_s=timeout_s, chunk_size=chunk_size, config=config,
+                                  shared_client=True)
+    try:
+        if ping_timeout_s and topics:  # no topic tracked: nothing is asked of the brokers
+            reader.ping(ping_timeout_s)
+        result = reader.watermarks(sorted(set(topics)))
+        result.compacted = compacted_topics(reader, bootstrap, list(result.by_topic))
+    except BaseException:  # a time limit too: the next read starts on a fresh connection
+        clients_drop(reader.bootstrap)
+        raise
     return result
 
 
