@@ -2,6 +2,8 @@
 read fails (streamoffsets.kafka_clients), against Tansu."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from devstack.components import free_port
@@ -57,10 +59,21 @@ def test_a_failed_read_drops_the_clusters_clients(stack, unique_name):
     assert kafka_clients.clients_drop(stack.kafka_bootstrap) == 1 and _kept() == []
 
 
-def test_a_forked_process_does_not_use_its_parents_clients(stack, monkeypatch):
+def test_a_forked_process_does_not_use_its_parents_clients(stack):
     conf = {"bootstrap.servers": stack.kafka_bootstrap}
     parents = kafka_clients.admin_client(conf)
     assert kafka_clients.admin_client(conf) is parents
-    monkeypatch.setattr(kafka_clients, "_pid", -1)  # as seen from a child after fork()
-    assert kafka_clients.admin_client(conf) is not parents
-    assert len(_kept()) == 1
+    # A real fork (as a Celery pool process starts): the child sees its parent's dict, not its client.
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running the parent's exit handlers
+        try:
+            mine = kafka_clients.admin_client(conf)
+            os.write(write_end, f"{mine is not parents} {kafka_clients.clients_kept()}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    answer = os.read(read_end, 100).decode()
+    os.waitpid(pid, 0)
+    assert answer == "True 1"  # a client of its own, the parent's forgotten
+    assert kafka_clients.admin_client(conf) is parents  # the parent's is still the parent's
