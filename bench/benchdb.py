@@ -88,3 +88,37 @@ def create_topics(bootstrap: str, topics: list[str], partitions: int) -> None:
                                        for t in topics[i:i + 50]])
         for f in futures.values():
             f.result(60)
+
+
+def celery_workers_start(count: int, log_dir, name: str, env: dict | None = None) -> list[subprocess.Popen]:
+    """`count` real `celery worker` processes of one pool process each (the unit of scale), logs
+    in `log_dir`; each in a session of its own, so a signal reaches its pool process too."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    procs = []
+    for i in range(count):
+        log = open(Path(log_dir) / f"worker-{count}-{i}.log", "w")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "offsetwatch.celery", "worker", "--concurrency", "1",
+             "--pool", "prefork", "--loglevel", "WARNING", "-n", f"{name}{i}@%h", "--without-gossip",
+             "--without-mingle", "--without-heartbeat"],
+            cwd=root, env=env if env is not None else os.environ.copy(), stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        ))
+    return procs
+
+
+def celery_workers_stop(procs: list[subprocess.Popen], timeout_s: float) -> None:
+    """Warm shutdown (the task in flight finishes), killed after `timeout_s`."""
+    import signal
+
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -49,7 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from benchdb import start_components, stop_components  # noqa: E402
+from benchdb import celery_workers_start, celery_workers_stop, start_components, stop_components  # noqa: E402
 
 # Its own database (dropped and created): OFFSETWATCH_BENCH_DB names another, so two runs on one server do not collide.
 DB = os.environ.get("OFFSETWATCH_BENCH_DB", "offsetwatch_bench_fleet")
@@ -198,30 +197,6 @@ def write_hbase_batches(hb, store: str, pipelines: list[tuple[str, str]], partit
     with hb.table(store.replace("-", "_")).batch(batch_size=1000) as batch:
         for topic, group in pipelines:
             batch.put(row_key(topic, group, batch_ms).encode(), cells)
-
-
-def start_workers(count: int, log_dir: Path, env: dict) -> list[subprocess.Popen]:
-    procs = []
-    for i in range(count):
-        log = open(log_dir / f"worker-{count}-{i}.log", "w")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "offsetwatch.celery", "worker", "--concurrency", "1",
-             "--pool", "prefork", "--loglevel", "WARNING", "-n", f"fleet{i}@%h", "--without-gossip",
-             "--without-mingle", "--without-heartbeat"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        ))
-    return procs
-
-
-def stop_workers(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        proc.send_signal(signal.SIGTERM)  # warm shutdown: the task in flight finishes
-    for proc in procs:
-        try:
-            proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def peak_rss_mb(proc: subprocess.Popen) -> float:
@@ -429,7 +404,7 @@ def run(args, brokers, stack, work: Path) -> None:
     env.setdefault("OFFSETWATCH_POLL_TIME_LIMIT", "135")
     rows = []
     for count in [int(n) for n in args.workers.split(",")]:
-        workers = start_workers(count, work, env)
+        workers = celery_workers_start(count, work, "fleet", env)
         try:
             wait_for_workers(app, count)
             # Warm-up cycles until the sources stay the same: the first poll of a large cluster is
@@ -469,7 +444,7 @@ def run(args, brokers, stack, work: Path) -> None:
                     row["rss"] = rss
             print(f"  peak RSS per worker process: {', '.join(f'{r:.0f}' for r in rss)} MB", flush=True)
         finally:
-            stop_workers(workers)
+            celery_workers_stop(workers, 120)
     hb.close()
     print(f"\n{positions:,} positions, {args.topics * args.groups:,} pipelines, {len(sources)} sources; "
           f"{os.cpu_count()} cores (shared)")

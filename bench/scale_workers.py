@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from benchdb import start_lone_kafka  # noqa: E402
+from benchdb import celery_workers_start, celery_workers_stop, start_lone_kafka  # noqa: E402
 
 DB = "offsetwatch_bench_scale"
 REDIS_DB = 11  # a database of the machine's Redis that nothing else here uses
@@ -74,30 +73,6 @@ def setup_broker(bootstrap: str, topics: list[str], partitions: int) -> None:
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-job", "enable.auto.commit": False})
         consumer.commit(offsets=[TopicPartition(topic, p, 0) for p in range(partitions)], asynchronous=False)
         consumer.close()
-
-
-def start_workers(count: int, log_dir: Path) -> list[subprocess.Popen]:
-    procs = []
-    for i in range(count):
-        log = open(log_dir / f"worker-{i}.log", "w")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "offsetwatch.celery", "worker", "--concurrency", "1",
-             "--pool", "prefork", "--loglevel", "WARNING", "-n", f"bench{i}@%h", "--without-gossip",
-             "--without-mingle", "--without-heartbeat"],
-            cwd=ROOT, env=os.environ.copy(), stdout=log, stderr=subprocess.STDOUT,
-        ))
-    return procs
-
-
-def stop_workers(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        proc.send_signal(signal.SIGTERM)  # warm shutdown: the task in flight finishes
-    for proc in procs:
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def wait_for_workers(app, count: int, timeout_s: float = 60.0) -> None:
@@ -154,13 +129,13 @@ def run(args, bootstrap: str, work: Path) -> None:
     app.control.purge()
     results: dict[int, list[float]] = {}
     for count in [int(n) for n in args.workers.split(",")]:
-        procs = start_workers(count, work)
+        procs = celery_workers_start(count, work, "bench")
         try:
             wait_for_workers(app, count)
             warm = one_cycle(sources)
             cycles = [one_cycle(sources) for _ in range(args.cycles)]
         finally:
-            stop_workers(procs)
+            celery_workers_stop(procs, 60)
         results[count] = cycles
         print(f"{count} worker(s): warm-up {warm:.2f} s; cycles " + ", ".join(f"{c:.2f}" for c in cycles)
               + f" s; median {statistics.median(cycles):.2f} s", flush=True)
