@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery, Sum
 
 from dashboard.models import Cluster, ClusterTopic, Pipeline, SourceHealth
 from offsetwatch.lib.shards import shard_count, shard_of
@@ -85,17 +85,19 @@ def cluster_shards_refresh() -> dict[int, int]:
     them), and delete the health rows of the cluster sources that no longer exist (a cluster now
     in more or fewer shards; a poll of an old shard that finished after the change), so none
     lingers as a failing source. Returns cluster id -> shard count. Run by the fan-out each cycle:
-    four queries, plus one UPDATE per cluster whose count changed."""
+    three queries, plus one UPDATE per cluster whose count changed."""
     # The partitions each poll evaluates: a topic's partitions once per pipeline reading it (the
     # evaluation, most of a poll's time, is per pipeline and partition; 5 groups on a topic of 20
     # partitions are 100). A topic no pipeline reads any more counts nothing.
-    topic_partitions = {(c, t): n for c, t, n in ClusterTopic.objects.values_list("cluster_id", "topic", "partitions")}
-    partitions_of: dict[int, int] = {}
-    for cluster_id, topic in Pipeline.objects.values_list("store__cluster_id", "topic"):
-        partitions_of[cluster_id] = partitions_of.get(cluster_id, 0) + topic_partitions.get((cluster_id, topic), 0)
+    # Summed in the database: this runs at every beat tick, over every pipeline of the fleet.
+    topic_partitions = ClusterTopic.objects.filter(cluster=OuterRef("store__cluster"), topic=OuterRef("topic"))
+    partitions_of = dict(
+        Pipeline.objects.annotate(partitions=Subquery(topic_partitions.values("partitions")[:1]))
+        .values("store__cluster_id").annotate(total=Sum("partitions")).values_list("store__cluster_id", "total")
+    )
     counts = {}
     for cluster in Cluster.objects.only("pk", "shards"):
-        partitions = partitions_of.get(cluster.pk, 0)
+        partitions = partitions_of.get(cluster.pk) or 0  # None: no topic counted yet
         counts[cluster.pk] = shard_count(partitions, settings.CLUSTER_SHARD_PARTITIONS)
         if counts[cluster.pk] != cluster.shards:
             log.info("cluster:%s: %d tracked partitions, polled as %d shard(s) (was %d)",

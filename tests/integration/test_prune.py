@@ -178,13 +178,27 @@ def test_a_reader_sees_every_sample_once_during_the_swap(pipeline):
     sample_partitions.partitions_ensure({old_day.date()})
     jittered_samples(pipeline, old_day, 1, seed=1)
     total = LagSample.objects.count()
+    counts, seen = prune_while_counting(lambda: LagSample.objects.count())
+    thinned = total - counts["LagSample to per-minute"]
+    assert counts["LagSample partitions thinned"] == 1 and thinned < total
+    assert LagSample.objects.count() == thinned
+    assert seen and set(seen) <= {total, thinned}
+    for model in (LagSample, WatermarkSample):
+        model.objects.all().delete()
+    sample_partitions.partition_drop("dashboard_lagsample", sample_partitions.partition_name(
+        "dashboard_lagsample", old_day.date()))
+
+
+def prune_while_counting(count) -> tuple[dict, list[int]]:
+    """Run the prune while another connection (a thread: a reader) counts rows again and again.
+    Returns the prune's counts and every count the reader saw."""
     seen, stop = [], threading.Event()
 
     def read():
         from django.db import connections
         try:
             while not stop.is_set():
-                seen.append(LagSample.objects.count())
+                seen.append(count())
         finally:
             connections.close_all()
 
@@ -195,14 +209,7 @@ def test_a_reader_sees_every_sample_once_during_the_swap(pipeline):
     finally:
         stop.set()
         reader.join()
-    thinned = total - counts["LagSample to per-minute"]
-    assert counts["LagSample partitions thinned"] == 1 and thinned < total
-    assert LagSample.objects.count() == thinned
-    assert seen and set(seen) <= {total, thinned}
-    for model in (LagSample, WatermarkSample):
-        model.objects.all().delete()
-    sample_partitions.partition_drop("dashboard_lagsample", sample_partitions.partition_name(
-        "dashboard_lagsample", old_day.date()))
+    return counts, seen
 
 
 def index_bytes(name: str) -> int:
@@ -225,23 +232,7 @@ def test_the_prune_rebuilds_a_finished_days_index_once_and_readers_see_every_row
     copy_insert(WatermarkSample, rows)
     name = sample_partitions.partition_name("dashboard_watermarksample", yesterday.date())
     before_bytes, expected = index_bytes(name), kept_samples()
-    seen, stop = [], threading.Event()
-
-    def read():
-        from django.db import connections
-        try:
-            while not stop.is_set():
-                seen.append(WatermarkSample.objects.filter(sampled_at__lt=NOW).count())
-        finally:
-            connections.close_all()
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    try:
-        counts = history_prune(now=NOW)
-    finally:
-        stop.set()
-        reader.join()
+    counts, seen = prune_while_counting(lambda: WatermarkSample.objects.filter(sampled_at__lt=NOW).count())
     assert counts["WatermarkSample partitions reindexed"] == 1 and counts["WatermarkSample partitions thinned"] == 0
     assert seen and set(seen) == {len(rows)}
     assert kept_samples() == expected
