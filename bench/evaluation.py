@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from streamoffsets.evaluation import Sample, evaluate_partitions, evaluate_status, sample_lag
+from streamoffsets.evaluation import Sample, evaluate_partitions, evaluate_status, sample_lag, went_back
 from streamoffsets.partition_rules import merge_into, partition_status
 
 _partition_of, _lag_of = itemgetter(0), itemgetter(4)
@@ -38,20 +38,23 @@ def main() -> None:
             window.append(Sample(1_000.0 + 10 * i, dict(committed), dict(high), 1_000.0 + 10 * i - 1))
             high = {p: h + rng.randint(0, 50) for p, h in high.items()}
             committed = {p: min(high[p], c + rng.randint(0, 60)) for p, c in committed.items()}
-        # As in the collectors: older samples carry the total lag stored when they were taken.
-        window = [Sample(w.at_s, w.committed, w.high, w.last_batch_s, sum(w.high[p] - c for p, c in w.committed.items()))
-                  for w in window[:-1]] + window[-1:]
+        # As in the collectors: older samples carry the total lag and whether they went back from
+        # the sample before them, both stored when they were taken (then their highs are not read).
+        window = [Sample(w.at_s, w.committed, None, w.last_batch_s, sum(w.high[p] - c for p, c in w.committed.items()),
+                         went_back(window[i - 1].committed, w.committed) if i else None)
+                  for i, w in enumerate(window[:-1])] + window[-1:]
         marks = {p: (0, h) for p, h in window[-1].high.items()}
         cases.append((window, marks))
     t0, cpu0 = time.perf_counter(), time.process_time()
     statuses = 0
     for window, marks in cases:
         # Per cycle, as the collectors do it: evaluate the newest sample's partitions, its total
-        # lag (stored with the sample), then the window rules over the stored samples.
+        # lag and whether it went back (stored with the sample), then the window rules.
         newest = window[-1]
         parts = evaluate_partitions(newest.committed, marks)
         window[-1] = Sample(newest.at_s, newest.committed, newest.high, newest.last_batch_s,
-                            sample_lag(newest.committed, newest.high))
+                            sample_lag(newest.committed, newest.high),
+                            went_back(window[-2].committed, newest.committed) if len(window) > 1 else None)
         status = evaluate_status(window, parts, 10.0, newest.at_s + 1)
         if not args.no_partition_rules:  # a partition stuck while the others move (issue #13)
             # As dashboard/monitoring/evaluation.py: the lags are built only if some partition may be stuck.

@@ -16,3 +16,7 @@ class DashboardConfig(AppConfig):
         from offsetwatch.lib import pgarray
 
         pgarray.register()
+        # Repeated timestamps (the cycle's samples share a few sampled_at values) parsed once.
+        from offsetwatch.lib import pgtime
+
+        pgtime.register()

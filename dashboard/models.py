@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models.functions import MD5
 
-from dashboard.fields import PackedIntsField, RowsJSONField
+from dashboard.fields import PackedIntsField, PartitionRowsField, RowsJSONField
 from offsetwatch.lib.packing import unpack_map, unpack_watermarks
 from streamoffsets.evaluation import Status
 from streamoffsets.stores.registry import store_kind_of_url
@@ -214,6 +214,10 @@ class LagSample(models.Model):
     committed = PackedIntsField()
     # The newest batch the store held at this sample: the status rules need its age over time.
     last_batch_ms = models.BigIntegerField(null=True)
+    # Some committed offset lower than in the pipeline's sample before it (evaluation.went_back):
+    # stored so the window rule "went backwards" compares only the newest pair each cycle.
+    # None: not known (samples from before this column, or none before it in the window).
+    went_back = models.BooleanField(null=True)
 
     def committed_offsets(self) -> dict[int, int]:
         return {p: c for p, c in unpack_map(self.partitions, self.committed).items() if c is not None}
@@ -242,7 +246,7 @@ class PipelineEvaluation(models.Model):
     reasons = RowsJSONField(default=list)
     # [{"partition", "committed", "low", "high", "lag", "state", "messages_lost", "lag_seconds",
     #   "lag_method", "retention_margin", "retention_seconds_left"}]
-    partitions = RowsJSONField(default=list)
+    partitions = PartitionRowsField(default=list)  # stored with the keys once (json_rows)
     total_lag = models.BigIntegerField(null=True)
     # The largest per-partition lag in seconds; null when unknown (never 0 for unknown).
     lag_seconds = models.FloatField(null=True)

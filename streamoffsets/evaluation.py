@@ -156,11 +156,16 @@ class Sample(NamedTuple):
 
     at_s: float  # epoch seconds of the sample
     committed: dict[int, int]  # partition -> committed offset (the store's newest batch)
-    high: dict[int, int]  # partition -> high watermark
+    # partition -> high watermark; read only when `lag` is None (None then allowed).
+    high: dict[int, int] | None
     last_batch_s: float | None  # epoch seconds of the newest batch the store holds
     # The sample's total lag when already known (the collectors store it with every sample, so
     # the window rules need not recompute older samples at every cycle).
     lag: int | None = None
+    # Whether some committed offset is lower here than in the sample just before it
+    # (went_back()), when already known: the collectors store it with every sample, so the
+    # window's older pairs are not compared again at every cycle. None: compare.
+    went_back: bool | None = None
 
 
 _at_of, _committed_of = attrgetter("at_s"), attrgetter("committed")
@@ -194,6 +199,12 @@ def _went_back(earlier: dict[int, int], later: dict[int, int]) -> dict[int, tupl
     if _aligned(earlier, later) and not any(map(lt, later.values(), earlier.values())):
         return {}  # the usual case, at C speed
     return {p: (earlier[p], c) for p, c in later.items() if p in earlier and c < earlier[p]}
+
+
+def went_back(earlier: dict[int, int], later: dict[int, int]) -> bool:
+    """Whether some partition's committed offset is lower in `later` than in `earlier` (the
+    Sample.went_back the collectors store with each new sample)."""
+    return bool(_went_back(earlier, later))
 
 
 def batch_interval_s(batch_times_s: Sequence[float]) -> float | None:
@@ -236,14 +247,13 @@ def evaluate_status(
 
     ordered = sorted(window, key=_at_of)
     committed = list(map(_committed_of, ordered))
-    # When every sample lists the same partitions in the same order (the usual case), each pair
-    # is compared at C speed and only a pair that went back is looked at partition by partition.
-    keys = list(committed[-1]) if committed else []
-    aligned = all(map(keys.__eq__, map(list, committed[:-1])))
-    for earlier, later in zip(committed, committed[1:]):
-        if aligned and not any(map(lt, later.values(), earlier.values())):
+    # A pair whose later sample is known not to have gone back (stored with it) is not compared
+    # again; the others are, at C speed when both list the same partitions in the same order,
+    # and only a pair that went back is looked at partition by partition.
+    for i in range(1, len(ordered)):
+        if ordered[i].went_back is False:
             continue
-        back = _went_back(earlier, later)
+        back = _went_back(committed[i - 1], committed[i])
         if back:
             where = ", ".join(f"partition {p} {a:,} -> {b:,}" for p, (a, b) in sorted(back.items()))
             fired.append((Status.REWOUND, f"offsets went backwards: {where}"))

@@ -43,9 +43,12 @@ _partition_of, _lag_of = itemgetter(0), itemgetter(4)  # PartitionEvaluation's p
 def pipelines_evaluate(
     cluster: Cluster, pipelines: list[Pipeline], committed: dict[int, dict[int, int]], result: WatermarkResult,
     now: datetime, record_times: dict[tuple[str, int, int], int], record_misses: dict[tuple[str, int, int], str],
-    records_later=None,
+    records_later=None, new_samples: dict[int, LagSample] | None = None,
 ) -> None:
-    """Evaluate every pipeline of a cluster poll with the pure rules of streamoffsets.evaluation."""
+    """Evaluate every pipeline of a cluster poll with the pure rules of streamoffsets.evaluation.
+    `new_samples`: this cycle's lag samples (pipeline id -> unsaved LagSample at `now`), the
+    newest of each window, read from memory rather than back from the table; each gets its
+    `went_back` here (against the pipeline's sample before it) and the caller then stores them."""
     if not pipelines:
         return
     n = settings.EVALUATION_WINDOW_SAMPLES
@@ -61,12 +64,14 @@ def pipelines_evaluate(
     # span holds about three times n (missed cycles), and every row read is a datetime parsed
     # and an array unpacked.
     pipeline_ids = [p.pk for p in pipelines]  # `__any`: one array parameter (offsetwatch.lib.pgarray)
-    samples = LagSample.objects.filter(pipeline_id__any=pipeline_ids, sampled_at__gte=window_since)
+    samples = LagSample.objects.filter(pipeline_id__any=pipeline_ids, sampled_at__gte=window_since,
+                                       sampled_at__lt=now)
+    stored = n - 1 if new_samples is not None else n  # this cycle's sample is the window's newest
     if n > 0:  # (a window setting of 0 or less keeps every sample of the span, as [-n:] below does)
         newest_first = Window(RowNumber(), partition_by=F("pipeline_id"), order_by=F("sampled_at").desc())
-        samples = samples.annotate(newest_first=newest_first).filter(newest_first__lte=n)
-    for pk, at, ids, values, last_ms, lag in samples.order_by("sampled_at").values_list(
-        "pipeline_id", "sampled_at", "partitions", "committed", "last_batch_ms", "total_lag"
+        samples = samples.annotate(newest_first=newest_first).filter(newest_first__lte=stored)
+    for pk, at, ids, values, last_ms, lag, back in samples.order_by("sampled_at").values_list(
+        "pipeline_id", "sampled_at", "partitions", "committed", "last_batch_ms", "total_lag", "went_back"
     ):
         offsets = unpack_map(ids, values)
         if None in offsets.values():
@@ -74,7 +79,15 @@ def pipelines_evaluate(
         at_s = epoch.get(at)
         if at_s is None:
             at_s = epoch[at] = at.timestamp()
-        recent.setdefault(pk, []).append(WindowSample(at, at_s, offsets, last_ms, lag))
+        recent.setdefault(pk, []).append(WindowSample(at, at_s, offsets, last_ms, lag, back))
+    now_s = epoch[now] = now.timestamp()
+    for pk, sample in (new_samples or {}).items():
+        offsets = {p: c for p, c in committed.get(pk, {}).items() if c is not None}
+        before = recent.get(pk)
+        # Stored with the sample: the window rules then never compare this pair again (rule 2).
+        sample.went_back = evaluation.went_back(before[-1].committed, offsets) if before else None
+        recent.setdefault(pk, []).append(WindowSample(now, now_s, offsets, sample.last_batch_ms, sample.total_lag,
+                                                      sample.went_back))
     # A topic's watermark samples, unpacked when a rule reads them: the window's span holds about
     # three times the samples the window's statuses read.
     marks_at: dict[str, dict[datetime, PackedMarks]] = {}
@@ -218,9 +231,10 @@ def _pipeline_evaluation(
 ) -> PipelineEvaluation:
     """One pipeline's evaluation from data already in memory (no queries). `written_ms`: when
     each partition was last written, where the store says (dashboard.monitoring.partition_writes)."""
+    # A stored sample carries its total lag, so its high watermarks are not needed (Sample.high).
     window = [
-        Sample(s.at_s, s.committed, series.highs_at(s.sampled_at),
-               s.last_batch_ms / 1000 if s.last_batch_ms else None, s.total_lag)
+        Sample(s.at_s, s.committed, series.highs_at(s.sampled_at) if s.total_lag is None else None,
+               s.last_batch_ms / 1000 if s.last_batch_ms else None, s.total_lag, s.went_back)
         for s in recent
     ]
     partitions = evaluation.evaluate_partitions(committed, marks)

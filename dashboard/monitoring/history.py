@@ -17,6 +17,7 @@ class WindowSample(NamedTuple):
     committed: dict[int, int]
     last_batch_ms: int | None
     total_lag: int
+    went_back: bool | None = None  # evaluation.Sample.went_back, as stored
 
 
 class TopicSeries:

@@ -295,9 +295,10 @@ def watermarks_record(
         batch_ms = newest[pipeline.pk].batch_ms if pipeline.pk in newest else pipeline.last_batch_ms
         samples.append(LagSample(pipeline=pipeline, sampled_at=sampled_at, total_lag=evaluation.sample_lag(offsets, highs),
                                  partitions=ids, committed=values, last_batch_ms=batch_ms))
-    copy_insert(LagSample, samples)
     pipelines_evaluate(cluster, pipelines, offsets_of, result, now=sampled_at, record_times=record_times or {},
-                        record_misses=record_misses or {}, records_later=records_later)
+                        record_misses=record_misses or {}, records_later=records_later,
+                        new_samples={s.pipeline_id: s for s in samples})
+    copy_insert(LagSample, samples)  # after the evaluation gave each its went_back
     _gone_topics_archive(cluster, result, sampled_at)
     return len(samples)
 

@@ -1,14 +1,16 @@
 """Statuses, incidents and out-of-range warnings computed by the collectors and shown on the pages."""
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
+from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
 from collectors.cycle import collect_once
-from dashboard.models import Incident, Pipeline, PipelineEvaluation
+from dashboard.models import Incident, LagSample, Pipeline, PipelineEvaluation
 from dashboard.monitoring.services import store_get_or_create, store_reading_record, watermarks_record
 from streamoffsets.evaluation import Status
 from streamoffsets.kafka import WatermarkResult
@@ -159,3 +161,42 @@ def _reading(pipeline, batches):
 
     key = PipelineKey(pipeline.topic, pipeline.group)
     return StoreReading(pipelines=[key], batches={key: [BatchOffsets(pipeline.topic, pipeline.group, t, o) for t, o in batches]})
+
+
+def test_each_sample_stores_whether_it_went_back_and_the_window_reads_it(stack, unique_name):
+    """Rule 2 (offsets went backwards) over the window: each new lag sample is compared with the
+    one before it once, when collected, and the result is stored with it (LagSample.went_back);
+    later cycles read it instead of comparing the pair again."""
+    s = hbase_store_setup(stack, unique_name, partitions=2)
+    pipeline = None
+    for offsets in ({0: 1_000, 1: 50}, {0: 400, 1: 50}, {0: 450, 1: 60}):  # a rewind, then forward
+        save(s, "etl", now_ms(), offsets)
+        collect_once()
+        pipeline = pipeline or Pipeline.objects.get(store=s.store)
+        time.sleep(0.01)
+    samples = list(LagSample.objects.filter(pipeline=pipeline).order_by("sampled_at"))
+    assert [x.went_back for x in samples] == [None, True, False]
+    reasons = PipelineEvaluation.objects.get(pipeline=pipeline).reasons
+    assert "offsets went backwards: partition 0 1,000 -> 400" in reasons  # from the stored True
+
+    # The stored answer is what the window reads: told the rewind's pair did not go back, the
+    # next cycle no longer names it (the pair is not compared again).
+    LagSample.objects.filter(pipeline=pipeline, sampled_at=samples[1].sampled_at).update(went_back=False)
+    collect_once()
+    reasons = PipelineEvaluation.objects.get(pipeline=pipeline).reasons
+    assert not any("went backwards" in r for r in reasons), reasons
+
+
+def test_an_evaluation_s_partition_rows_are_stored_with_their_keys_once_and_read_back_whole(stack, unique_name):
+    s = hbase_store_setup(stack, unique_name, partitions=3)
+    save(s, "etl", now_ms(), {0: 0, 1: 0, 2: 0})
+    collect_once()
+    evaluation = PipelineEvaluation.objects.get(pipeline__store=s.store)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT partitions FROM {PipelineEvaluation._meta.db_table} WHERE id = %s", [evaluation.pk])
+        stored = json.loads(cursor.fetchone()[0])
+    assert stored["columns"][:2] == ["partition", "committed"] and [r[0] for r in stored["rows"]] == [0, 1, 2]
+    assert [r["partition"] for r in evaluation.partitions] == [0, 1, 2]
+    assert evaluation.partitions[0]["state"] == "ok" and set(evaluation.partitions[0]) == set(stored["columns"])
+    # Every reader goes through the field: values queries too.
+    assert PipelineEvaluation.objects.filter(pk=evaluation.pk).values_list("partitions", flat=True)[0] == evaluation.partitions

@@ -253,3 +253,16 @@ def test_a_stop_is_said_in_human_durations_and_names_the_cadence_only_when_known
     assert "stopped with 10 messages waiting: no batch for 4 h (expected one every 10 s)" in known.reasons
     unknown = evaluation.evaluate_status(window, parts, None, NOW)
     assert "stopped with 10 messages waiting: no batch for 4 h" in unknown.reasons  # not "every 0 s"
+
+
+@pytest.mark.parametrize("flag, rewound", [(None, True), (True, True), (False, False)])
+def test_a_pair_stored_as_not_gone_back_is_not_compared_again(flag, rewound):
+    """Rule 2 reads each sample's stored went_back (the collectors compute it once, when the
+    sample is new): None compares the pair, True names the partitions, False skips the pair."""
+    earlier, later = s(NOW - 10, [500, 7], [600, 9], NOW - 11), s(NOW, [100, 7], [600, 9], NOW - 1)
+    assert evaluation.went_back(earlier.committed, later.committed) is True
+    assert evaluation.went_back(later.committed, earlier.committed) is False
+    parts = evaluate_partitions(later.committed, {p: (0, h) for p, h in later.high.items()})
+    result = evaluate_status([earlier, later._replace(went_back=flag)], parts, 10, NOW)
+    assert (result.status == Status.REWOUND) is rewound
+    assert any("partition 0 500 -> 100" in r for r in result.reasons) is rewound
