@@ -26,7 +26,7 @@ from dashboard.models import (
     WatermarkSample,
 )
 from dashboard.monitoring import partition_writes
-from dashboard.monitoring.history import PackedMarks, TopicSeries, WindowSample
+from dashboard.monitoring.history import NewSample, PackedMarks, TopicSeries, WindowSample
 from offsetwatch.lib import sparkline
 from offsetwatch.lib.packing import unpack_map
 from offsetwatch.lib.pgcopy import copy_insert
@@ -43,12 +43,13 @@ _partition_of, _lag_of = itemgetter(0), itemgetter(4)  # PartitionEvaluation's p
 def pipelines_evaluate(
     cluster: Cluster, pipelines: list[Pipeline], committed: dict[int, dict[int, int]], result: WatermarkResult,
     now: datetime, record_times: dict[tuple[str, int, int], int], record_misses: dict[tuple[str, int, int], str],
-    records_later=None, new_samples: dict[int, LagSample] | None = None,
+    records_later=None, new_samples: dict[int, NewSample] | None = None,
 ) -> None:
     """Evaluate every pipeline of a cluster poll with the pure rules of streamoffsets.evaluation.
-    `new_samples`: this cycle's lag samples (pipeline id -> unsaved LagSample at `now`), the
-    newest of each window, read from memory rather than back from the table; each gets its
-    `went_back` here (against the pipeline's sample before it) and the caller then stores them."""
+    `new_samples`: this cycle's lag samples (pipeline id -> NewSample at `now`, offsets in
+    `committed`), the newest of each window, read from memory rather than back from the table;
+    each gets its `went_back` here (against the pipeline's sample before it) and the caller then
+    stores them."""
     if not pipelines:
         return
     n = settings.EVALUATION_WINDOW_SAMPLES

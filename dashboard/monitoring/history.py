@@ -3,6 +3,7 @@ samples and a topic's watermark samples, built once per cycle and unpacked only 
 reads them (dashboard.monitoring.evaluation, every pipeline at every cycle)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
@@ -18,6 +19,16 @@ class WindowSample(NamedTuple):
     last_batch_ms: int | None
     total_lag: int
     went_back: bool | None = None  # evaluation.Sample.went_back, as stored
+
+
+@dataclass(slots=True)
+class NewSample:
+    """A pipeline's lag sample of this cycle, before it is stored: the evaluation reads it as the
+    window's newest and sets `went_back` (against the sample before it); then it is stored."""
+
+    total_lag: int
+    last_batch_ms: int | None
+    went_back: bool | None = None
 
 
 class TopicSeries:

@@ -26,9 +26,10 @@ from dashboard.models import (
 )
 from dashboard.monitoring import partition_writes, sample_partitions, storable
 from dashboard.monitoring.evaluation import pipelines_evaluate
+from dashboard.monitoring.history import NewSample
 from dashboard.monitoring.selectors import Committed, committed_offsets, newest_batches
 from offsetwatch.lib.packing import pack, pack_map, pack_partitions
-from offsetwatch.lib.pgcopy import copy_insert
+from offsetwatch.lib.pgcopy import copy_rows
 from offsetwatch.lib.pgupdate import values_update
 from offsetwatch.lib.timefmt import ms_text
 from streamoffsets import evaluation
@@ -102,13 +103,15 @@ def store_reading_record(*, store: Store, reading: StoreReading, now_ms: int | N
     horizon_ms = now_ms + int(settings.FUTURE_BATCH_TOLERANCE_S * 1000)
     # A name or number the database cannot hold is its row's problem, never the whole store's.
     reading = storable.reading_storable(reading, store_name=store.name)
-    known = set(store.pipelines.values_list("topic", "group"))
-    Pipeline.objects.bulk_create(
-        [Pipeline(store=store, topic=k.topic, group=k.group) for k in reading.pipelines if (k.topic, k.group) not in known],
-        ignore_conflicts=True,
-    )
+    existing = list(store.pipelines.all())
+    known = {(p.topic, p.group) for p in existing}
+    discovered = [Pipeline(store=store, topic=k.topic, group=k.group)
+                  for k in reading.pipelines if (k.topic, k.group) not in known]
+    if discovered:
+        Pipeline.objects.bulk_create(discovered, ignore_conflicts=True)
+        existing = list(store.pipelines.all())  # with their ids (a conflict's row is another's)
     with_batches = {(k.topic, k.group): b for k, b in reading.batches.items() if b}
-    pipelines = [p for p in store.pipelines.all() if (p.topic, p.group) in with_batches]
+    pipelines = [p for p in existing if (p.topic, p.group) in with_batches]
     newest = newest_batches(pipeline_ids=[p.pk for p in pipelines])
     # An applied rewind is verified from the first sample after its marker: keep that sample
     # even if it equals the one before (a replay can end where the job was).
@@ -276,29 +279,28 @@ def watermarks_record(
     rows = []
     for topic, parts in result.by_topic.items():
         ids = sorted(parts)
-        rows.append(WatermarkSample(
-            cluster=cluster, topic=topic, sampled_at=sampled_at, partitions=pack_partitions(ids),
-            lows=pack([parts[p].low for p in ids]), highs=pack([parts[p].high for p in ids]),
-        ))
-    copy_insert(WatermarkSample, rows)
+        rows.append((cluster.pk, topic, sampled_at, pack_partitions(ids), pack([parts[p].low for p in ids]),
+                     pack([parts[p].high for p in ids])))
+    copy_rows(WatermarkSample, ["cluster_id", "topic", "sampled_at", "partitions", "lows", "highs"], rows)
 
     pipelines = list(Pipeline.objects.filter(store__cluster=cluster, topic__any=list(result.by_topic)))
     newest = committed if committed is not None else committed_offsets(pipeline_ids=[p.pk for p in pipelines])
     offsets_of = {pk: c.offsets for pk, c in newest.items()}
-    samples = []
+    samples: dict[int, NewSample] = {}
     for pipeline in pipelines:
         offsets = offsets_of.get(pipeline.pk, {})
         highs = {p: w.high for p, w in sorted(result.by_topic[pipeline.topic].items())}
-        ids, values = pack_map(offsets)
         # The batch time read with these offsets, not the pipeline row's (a store poll may have
         # moved it on since).
         batch_ms = newest[pipeline.pk].batch_ms if pipeline.pk in newest else pipeline.last_batch_ms
-        samples.append(LagSample(pipeline=pipeline, sampled_at=sampled_at, total_lag=evaluation.sample_lag(offsets, highs),
-                                 partitions=ids, committed=values, last_batch_ms=batch_ms))
+        samples[pipeline.pk] = NewSample(evaluation.sample_lag(offsets, highs), batch_ms)
     pipelines_evaluate(cluster, pipelines, offsets_of, result, now=sampled_at, record_times=record_times or {},
-                        record_misses=record_misses or {}, records_later=records_later,
-                        new_samples={s.pipeline_id: s for s in samples})
-    copy_insert(LagSample, samples)  # after the evaluation gave each its went_back
+                        record_misses=record_misses or {}, records_later=records_later, new_samples=samples)
+    # Stored after the evaluation gave each its went_back.
+    copy_rows(LagSample, ["pipeline_id", "sampled_at", "total_lag", "partitions", "committed", "last_batch_ms",
+                          "went_back"],
+              [(pk, sampled_at, s.total_lag, *pack_map(offsets_of.get(pk, {})), s.last_batch_ms, s.went_back)
+               for pk, s in samples.items()])
     _gone_topics_archive(cluster, result, sampled_at)
     return len(samples)
 

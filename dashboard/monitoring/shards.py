@@ -18,9 +18,10 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from django.db.models import OuterRef, Q, Subquery, Sum
+from django.db import connection
+from django.db.models import Q
 
-from dashboard.models import Cluster, ClusterTopic, Pipeline, SourceHealth
+from dashboard.models import Cluster, ClusterTopic, Pipeline, SourceHealth, Store
 from offsetwatch.lib.shards import shard_count, shard_of
 from streamoffsets.kafka import WatermarkResult
 
@@ -70,7 +71,7 @@ def topic_partitions_record(*, cluster: Cluster, result: WatermarkResult, topics
     no longer has is forgotten. One read, and a write only for counts that changed: an upsert
     per topic row, so shards polled at once never overwrite one another's topics."""
     counts = {t: len(result.by_topic[t]) for t in topics if result.by_topic.get(t)}
-    known = dict(ClusterTopic.objects.filter(cluster=cluster, topic__in=topics).values_list("topic", "partitions"))
+    known = dict(ClusterTopic.objects.filter(cluster=cluster, topic__any=topics).values_list("topic", "partitions"))
     changed = [ClusterTopic(cluster=cluster, topic=t, partitions=n) for t, n in counts.items() if known.get(t) != n]
     if changed:
         ClusterTopic.objects.bulk_create(changed, update_conflicts=True, unique_fields=["cluster", "topic"],
@@ -89,12 +90,7 @@ def cluster_shards_refresh() -> dict[int, int]:
     # The partitions each poll evaluates: a topic's partitions once per pipeline reading it (the
     # evaluation, most of a poll's time, is per pipeline and partition; 5 groups on a topic of 20
     # partitions are 100). A topic no pipeline reads any more counts nothing.
-    # Summed in the database: this runs at every beat tick, over every pipeline of the fleet.
-    topic_partitions = ClusterTopic.objects.filter(cluster=OuterRef("store__cluster"), topic=OuterRef("topic"))
-    partitions_of = dict(
-        Pipeline.objects.annotate(partitions=Subquery(topic_partitions.values("partitions")[:1]))
-        .values("store__cluster_id").annotate(total=Sum("partitions")).values_list("store__cluster_id", "total")
-    )
+    partitions_of = _tracked_partitions()
     counts = {}
     for cluster in Cluster.objects.only("pk", "shards"):
         partitions = partitions_of.get(cluster.pk) or 0  # None: no topic counted yet
@@ -125,6 +121,17 @@ def cluster_shards_refresh() -> dict[int, int]:
     if stale:
         SourceHealth.objects.filter(pk__in=stale).delete()
     return counts
+
+
+def _tracked_partitions() -> dict[int, int]:
+    """cluster id -> its pipelines' topics' partitions, summed in the database by one join (this
+    runs at every beat tick, over every pipeline of the fleet; a subquery per pipeline cost a
+    probe each: 8 ms for 500)."""
+    pipeline, store, topic = (connection.ops.quote_name(m._meta.db_table) for m in (Pipeline, Store, ClusterTopic))
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT s.cluster_id, SUM(t.partitions) FROM {pipeline} p JOIN {store} s ON s.id = p.store_id "
+                       f"JOIN {topic} t ON t.cluster_id = s.cluster_id AND t.topic = p.topic GROUP BY s.cluster_id")
+        return {cluster_id: int(total) for cluster_id, total in cursor.fetchall()}
 
 
 def cluster_last_poll(cluster_id: int) -> SourceHealth | None:

@@ -9,8 +9,8 @@ from datetime import timezone as dt_timezone
 import pytest
 from django.db import transaction
 
-from dashboard.models import ChartRollup, PipelineEvaluation
-from offsetwatch.lib.pgcopy import copy_insert, copy_upsert
+from dashboard.models import ChartRollup, LagSample, PipelineEvaluation
+from offsetwatch.lib.pgcopy import copy_insert, copy_rows, copy_upsert
 from tests.factories import pipeline_row
 
 pytestmark = pytest.mark.django_db
@@ -81,3 +81,20 @@ def test_copy_upsert_twice_in_one_transaction_and_only_the_listed_columns():
     assert [row[4] for row in stored] == [11, 13, 10, 12]  # total_lag: the first write's (minutes, then hours)
     assert [row[6] for row in stored] == [4, 6, 3, 5]  # samples: the second write's
     assert copy_upsert(ChartRollup, COLUMNS, [], conflict=KEY, update=FIELDS) == 0
+
+
+def test_copy_rows_writes_what_bulk_create_writes():
+    a, b = pipeline_row("rows-a"), pipeline_row("rows-b")
+    columns = ["pipeline_id", "sampled_at", "total_lag", "partitions", "committed", "last_batch_ms", "went_back"]
+    values = [(T0, 7, b"", bytes([1, 2, 3]), None, None), (T0 + timedelta(seconds=10), 0, bytes([9]), b"", 5, True),
+              (T0 + timedelta(seconds=20), 2**40, b"", b"\x00\xff", 2**50, False)]
+    assert copy_rows(LagSample, columns, [(a.pk, *v) for v in values]) == 3
+    LagSample.objects.bulk_create([LagSample(pipeline=b, sampled_at=at, total_lag=lag, partitions=ids, committed=c,
+                                             last_batch_ms=ms, went_back=back) for at, lag, ids, c, ms, back in values])
+
+    def stored(pipeline):
+        rows = LagSample.objects.filter(pipeline=pipeline).order_by("sampled_at").values_list(*columns[1:])
+        return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in row) for row in rows]
+
+    assert stored(a) == stored(b) == list(values)
+    assert copy_rows(LagSample, columns, []) == 0

@@ -33,14 +33,24 @@ from tests.factories import hbase_store_setup, pipeline_row, samples_bulk, save
 pytestmark = pytest.mark.django_db
 
 
-def _rows(pipeline, resolution):
-    """(bucket, {partition: (lag, tenths)}, total, seconds, samples) of the pipeline's roll-ups."""
+def _stored(pipeline, resolution):
+    """(bucket, {partition: (lag, tenths)}, total, seconds, samples) of the pipeline's stored roll-ups."""
     out = []
     for r in ChartRollup.objects.filter(pipeline=pipeline, resolution_s=resolution).order_by("bucket"):
         lags, tenths = decode(r.lags)
         parts = decode_partitions(r.partitions, len(lags))
         out.append((r.bucket, dict(zip(parts, zip(lags, tenths))), r.total_lag, r.lag_seconds, r.samples))
     return out
+
+
+def _rows(pipeline, resolution):
+    """The same as the charts read them (rollups.rollup_points): an hour includes the pipeline's
+    newest minute, which is folded into its stored hour only when the next minute opens."""
+    points = rollups.rollup_points(pipeline_id=pipeline.pk, resolution_s=resolution, per_partition=True,
+                                   since=datetime(2000, 1, 1, tzinfo=timezone.utc),
+                                   until=datetime(2100, 1, 1, tzinfo=timezone.utc))
+    return [(bucket, dict(zip(p.partitions, zip(p.lags, p.seconds))), p.total_lag, p.lag_seconds, p.samples)
+            for bucket, p in points]
 
 
 # --- written by a real collection cycle (Tansu, the HBase stand-in) -------------------------------
@@ -328,6 +338,59 @@ def test_the_migration_keeps_existing_samples_and_evaluations():
     assert not ChartRollup.objects.exists()  # new history starts empty: the backfill fills it
     e = PipelineEvaluation(pipeline_id=pipeline.pk, evaluated_at=at, status=0,
                            partitions=[{"partition": 0, "lag": 3, "lag_seconds": 1.5}], total_lag=3, lag_seconds=1.5)
-    assert rollups.rollups_record([e], at) == 2
+    assert rollups.rollups_record([e], at) == 1  # its minute (its hour: when the next minute opens)
     (_, parts, total, *_), = _rows(Pipeline.objects.get(pk=pipeline.pk), ChartRollup.HOUR)
     assert parts == {0: (3, 15)} and total == 3 and MISSING < 0
+
+
+# --- an hour gets each minute once, when the pipeline's next minute opens --------------------------
+
+
+def _cycle(p, at, lag):
+    result = WatermarkResult(by_topic={p.topic: {0: Watermarks(0, 0, 1_000)}})
+    watermarks_record(cluster=p.store.cluster, result=result, sampled_at=at,
+                      committed={p.pk: Committed(int(at.timestamp() * 1000), {0: 1_000 - lag})})
+
+
+def lag_of(rows):
+    return [(bucket, parts[0][0], samples) for bucket, parts, _, _, samples in rows]
+
+
+def test_a_minute_is_folded_into_its_hour_when_the_next_minute_opens_and_hours_are_read_exact():
+    p = pipeline_row("fold")
+    hour = dj_timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=5)
+    _cycle(p, hour + timedelta(minutes=10, seconds=5), 10)
+    _cycle(p, hour + timedelta(minutes=10, seconds=35), 50)
+    assert _stored(p, ChartRollup.HOUR) == []  # the open minute is not in the stored hour yet...
+    assert lag_of(_rows(p, ChartRollup.HOUR)) == [(hour, 50, 2)]  # ...but the hours read include it
+    _cycle(p, hour + timedelta(minutes=11, seconds=5), 5)  # the next minute opens: 10:xx folded
+    assert lag_of(_stored(p, ChartRollup.HOUR)) == [(hour, 50, 2)]
+    assert lag_of(_rows(p, ChartRollup.HOUR)) == [(hour, 50, 3)]
+    _cycle(p, hour + timedelta(minutes=14), 70)  # after a gap: the newest minute before it is folded
+    assert lag_of(_stored(p, ChartRollup.HOUR)) == [(hour, 50, 3)]
+    assert lag_of(_rows(p, ChartRollup.HOUR)) == [(hour, 70, 4)]
+    _cycle(p, hour + timedelta(hours=1, minutes=2), 20)  # the next hour: minute 14 goes to its own hour
+    assert lag_of(_stored(p, ChartRollup.HOUR)) == [(hour, 70, 4)]
+    assert lag_of(_rows(p, ChartRollup.HOUR)) == [(hour, 70, 4), (hour + timedelta(hours=1), 20, 1)]
+    # Every minute is in exactly one place: the stored minutes are the cycles, one each.
+    assert [samples for *_, samples in _stored(p, ChartRollup.MINUTE)] == [2, 1, 1, 1]
+    # A range ending before the newest minute's hour does not get it.
+    points = rollups.rollup_points(pipeline_id=p.pk, resolution_s=ChartRollup.HOUR, per_partition=False,
+                                   since=hour - timedelta(hours=1), until=hour + timedelta(minutes=30))
+    assert [(bucket, point.total_lag) for bucket, point in points] == [(hour, 70)]
+
+
+def test_the_prune_keeps_a_silent_pipeline_s_newest_minute_until_it_is_in_its_hour():
+    p = pipeline_row("silent")
+    now = dj_timezone.now()
+    old = (now - timedelta(days=8)).replace(minute=10, second=0, microsecond=0)  # two minutes of one hour
+    _cycle(p, old, 40)
+    _cycle(p, old + timedelta(minutes=1), 30)  # folds the first minute
+    assert history_prune(now=now)["ChartRollup minute expired"] == 1  # the first: it is in its hour
+    assert [lag for _, parts, *_ in _stored(p, ChartRollup.MINUTE) for lag, _ in parts.values()] == [30]
+    assert [parts[0][0] for _, parts, *_ in _rows(p, ChartRollup.HOUR)] == [40]
+    _cycle(p, now, 5)  # the pipeline is back: its old minute goes to its hour, then may go
+    assert history_prune(now=now)["ChartRollup minute expired"] == 1
+    old_hour = old.replace(minute=0)
+    assert [(parts[0][0], samples) for bucket, parts, *_, samples in _stored(p, ChartRollup.HOUR)
+            if bucket == old_hour] == [(40, 2)]  # both old minutes are in it
