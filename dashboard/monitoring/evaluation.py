@@ -89,22 +89,30 @@ def pipelines_evaluate(
         sample.went_back = evaluation.went_back(before[-1].committed, offsets) if before else None
         recent.setdefault(pk, []).append(WindowSample(now, now_s, offsets, sample.last_batch_ms, sample.total_lag,
                                                       sample.went_back))
-    # A topic's watermark samples, unpacked when a rule reads them: the window's span holds about
-    # three times the samples the window's statuses read.
-    marks_at: dict[str, dict[datetime, PackedMarks]] = {}
+    # Each topic's watermarks now, and its first sample of the lookback (the far end of its rates).
+    marks_of = {topic: {p: (w.low, w.high) for p, w in parts.items()} for topic, parts in result.by_topic.items()}
+    oldest = _oldest_watermarks(cluster, topics, lookback_since)
+    # A topic's watermark samples of the window's span, unpacked when a rule reads them; read only
+    # for the topics a rule walks (_topics_walked). The others need their first and newest
+    # samples alone, both known here.
+    walked = _topics_walked(pipelines, committed, marks_of, oldest)
+    marks_at: dict[str, dict[datetime, PackedMarks]] = {
+        topic: {now: PackedMarks.unpacked(marks_of[topic])} for topic in topics if topic not in walked}
     for topic, at, ids, lows, highs in WatermarkSample.objects.filter(
-        cluster=cluster, topic__any=topics, sampled_at__gte=window_since
+        cluster=cluster, topic__any=sorted(walked), sampled_at__gte=window_since
     ).values_list("topic", "sampled_at", "partitions", "lows", "highs"):
         marks_at.setdefault(topic, {})[at] = PackedMarks(ids, lows, highs)
-    oldest = _oldest_watermarks(cluster, topics, lookback_since)
 
     # Lag older than the window needs the topic's earlier watermarks: fetched only for those topics.
+    # Only a partition behind now has a lag in seconds to look up (a caught-up one is rule 1).
     deep_topics = set()
     for pipeline in pipelines:
         window_marks = marks_at.get(pipeline.topic, {})
-        if window_marks:
+        now_marks = marks_of[pipeline.topic]
+        behind = [(p, c) for p, c in committed.get(pipeline.pk, {}).items() if p in now_marks and c < now_marks[p][1]]
+        if window_marks and behind:
             first = window_marks[min(window_marks)].marks()
-            if any(p in first and c < first[p][1] for p, c in committed.get(pipeline.pk, {}).items()):
+            if any(p in first and c < first[p][1] for p, c in behind):
                 deep_topics.add(pipeline.topic)
     for topic, at, ids, lows, highs in WatermarkSample.objects.filter(
         cluster=cluster, topic__in=deep_topics, sampled_at__gte=lookback_since, sampled_at__lt=window_since
@@ -119,7 +127,7 @@ def pipelines_evaluate(
             open_incidents[i.pipeline_id] = i
         else:
             open_partition_incidents.setdefault(i.pipeline_id, {})[i.partition] = i
-    written = partition_writes.read([p.pk for p in pipelines])
+    written = partition_writes.read([(p.pk, p.store_id) for p in pipelines])
     sparklines = dict(PipelineEvaluation.objects.filter(pipeline_id__any=pipeline_ids).values_list("pipeline", "sparkline"))
     # One job's offsets visible in two stores (same topic and group): compare them.
     twins: dict[tuple[str, str], list[Pipeline]] = {}
@@ -133,7 +141,7 @@ def pipelines_evaluate(
     if records_later is not None:
         record_times, record_misses = records_later()
     for pipeline in pipelines:
-        marks = {p: (w.low, w.high) for p, w in result.by_topic[pipeline.topic].items()}
+        marks = marks_of[pipeline.topic]
         series = series_of.get(pipeline.topic)
         if series is None:
             history = dict(marks_at.get(pipeline.topic, {}))
@@ -183,6 +191,28 @@ def pipelines_evaluate(
     lifecycle.archived_record(archived, now)
     # Written in this transaction, sent after it commits: a cycle never waits on a channel.
     notifications_enqueue(alerting.notifications({e.pipeline_id: e for e in evaluations}))
+
+
+def _topics_walked(pipelines: list[Pipeline], committed: dict[int, dict[int, int]],
+                   marks_of: dict[str, dict[int, tuple[int, int]]],
+                   oldest: dict[str, tuple[datetime, PackedMarks]]) -> set[str]:
+    """The topics whose watermark samples a rule walks this cycle: one with a partition behind
+    now (its lag in seconds may interpolate in them), or whose low watermark is not the same in
+    its first sample of the lookback and now (retention rates), or whose first sample lacks a
+    partition it has now (its lows are walked). A topic with every pipeline caught up and its low
+    watermarks standing still needs only those two samples (TopicSeries.low_moved)."""
+    walked = set()
+    for pipeline in pipelines:
+        now_marks = marks_of[pipeline.topic]
+        if any(p in now_marks and c < now_marks[p][1] for p, c in committed.get(pipeline.pk, {}).items()):
+            walked.add(pipeline.topic)
+    for topic, now_marks in marks_of.items():
+        if topic in walked:
+            continue
+        first = oldest[topic][1].marks() if topic in oldest else {}
+        if any(p not in first or first[p][0] != low for p, (low, _) in now_marks.items()):
+            walked.add(topic)
+    return walked
 
 
 def _oldest_watermarks(cluster: Cluster, topics: list[str], since: datetime) -> dict[str, tuple[datetime, PackedMarks]]:

@@ -47,6 +47,7 @@ class TopicSeries:
         self._highs: dict[int, list[tuple[float, int]]] = {}
         self._lows: dict[int, list[tuple[float, int]]] = {}
         self._low_moved: dict[int, bool] = {}
+        self._ends_compared = False
 
     def highs_at(self, at: datetime) -> dict[int, int]:
         """partition -> high watermark of the sample at `at` (empty when there is none)."""
@@ -76,13 +77,15 @@ class TopicSeries:
         so only then does it pay for the rates."""
         moved = self._low_moved.get(partition)
         if moved is None:
-            first, last = (self._items[0][1].marks(), self._items[-1][1].marks()) if self._items else ({}, {})
-            if partition in first and partition in last:  # its first and last samples: no walk
-                moved = first[partition][0] != last[partition][0]
-            else:
+            if not self._ends_compared and self._items:
+                # Every partition in the first and last samples at once (no walk): the usual case.
+                self._ends_compared = True
+                first, last = self._items[0][1].marks(), self._items[-1][1].marks()
+                self._low_moved.update({p: first[p][0] != low for p, (low, _) in last.items() if p in first})
+                moved = self._low_moved.get(partition)
+            if moved is None:  # not in both: its own samples
                 lows = self.lows(partition)
-                moved = bool(lows) and lows[0][1] != lows[-1][1]
-            self._low_moved[partition] = moved
+                moved = self._low_moved[partition] = bool(lows) and lows[0][1] != lows[-1][1]
         return moved
 
     def _walk(self):
@@ -96,6 +99,13 @@ class PackedMarks:
 
     def __init__(self, partitions: bytes, lows: bytes, highs: bytes):
         self._packed, self._marks = (partitions, lows, highs), None
+
+    @classmethod
+    def unpacked(cls, marks: dict[int, tuple[int, int]]) -> PackedMarks:
+        """A sample already in hand (this cycle's watermarks)."""
+        sample = cls.__new__(cls)
+        sample._packed, sample._marks = None, marks
+        return sample
 
     def marks(self) -> dict[int, tuple[int, int]]:
         if self._marks is None:

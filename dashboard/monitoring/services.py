@@ -147,7 +147,7 @@ def store_reading_record(*, store: Store, reading: StoreReading, now_ms: int | N
     # When each partition was last written (stores that say so; None for the others, which
     # clears what an earlier reading left), for the partition rules of the cluster poll's
     # evaluation. Written now, not on commit: the times are the store's truth either way.
-    partition_writes.record({p.pk: with_batches[(p.topic, p.group)][-1].written_ms for p in pipelines})
+    partition_writes.record(store.pk, {p.pk: with_batches[(p.topic, p.group)][-1].written_ms for p in pipelines})
     if reading.discovered and reading.pipelines:  # a store still empty is listed again next poll
         Store.objects.filter(pk=store.pk).update(discovered_at=timezone.now())
     return len(rows)

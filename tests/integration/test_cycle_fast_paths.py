@@ -186,3 +186,58 @@ def test_the_window_is_each_pipelines_newest_samples(settings, monkeypatch):
                               for s in every]
     assert [len(seen[p.pk]) for p in pipelines] == [4, 4, 4]
     assert seen[pipelines[0].pk][0][0] == T0 + timedelta(seconds=60)  # the newest 4 of 10, not the first
+
+
+@pytest.mark.parametrize("shape", ["idle", "behind", "retention", "low moves, caught up", "grown"])
+def test_reading_only_the_walked_topics_watermarks_changes_no_number(shape, monkeypatch):
+    """The evaluation reads a topic's watermark samples of the window only when a rule walks
+    them (_topics_walked); the numbers are the same as when every topic's are read."""
+    from dashboard.models import PipelineEvaluation
+    from dashboard.monitoring.selectors import Committed
+    from dashboard.monitoring.services import watermarks_record
+
+    p = pipeline_row(f"walk-{shape.replace(' ', '-').replace(',', '')}")
+
+    def marks(i):
+        low = {"retention": 3_000 * i, "low moves, caught up": 10 * i}.get(shape, 0)
+        parts = {0: (low, 20_000 + 2_000 * i), 1: (0, 5_000 + 500 * i)}
+        if shape == "grown" and i >= 5:
+            parts[2] = (0, 10)
+        return parts
+
+    def committed(i):
+        high = {q: hi for q, (_, hi) in marks(i).items()}
+        if shape in ("behind", "retention"):
+            return {0: high[0] - 9_000 - 300 * i, 1: high[1] - 700}
+        return high
+
+    for i in range(8):
+        at = T0 + timedelta(seconds=10 * i)
+        result = WatermarkResult(by_topic={p.topic: {q: Watermarks(q, lo, hi) for q, (lo, hi) in marks(i).items()}})
+        watermarks_record(cluster=p.store.cluster, result=result, sampled_at=at,
+                          committed={p.pk: Committed(int(at.timestamp() * 1000), committed(i))})
+    now = T0 + timedelta(seconds=75)
+    result = WatermarkResult(by_topic={p.topic: {q: Watermarks(q, lo, hi) for q, (lo, hi) in marks(7).items()}})
+
+    def evaluated():
+        monitoring_evaluation.pipelines_evaluate(p.store.cluster, [p], {p.pk: committed(7)}, result, now, {}, {})
+        e = PipelineEvaluation.objects.get(pipeline=p)
+        return e.status, e.reasons, e.partitions, e.lag_seconds, e.lag_seconds_method, e.retention_seconds_left
+
+    walked_seen = []
+    real_walked = monitoring_evaluation._topics_walked
+
+    def spy(*args):
+        walked = real_walked(*args)
+        walked_seen.append(walked)
+        return walked
+
+    monkeypatch.setattr(monitoring_evaluation, "_topics_walked", spy)
+    lazily = evaluated()
+    monkeypatch.setattr(monitoring_evaluation, "_topics_walked", lambda pipelines, *_: {q.topic for q in pipelines})
+    assert evaluated() == lazily
+    assert walked_seen[-1] == (set() if shape == "idle" else {p.topic})  # the idle topic's are not read
+    if shape == "retention":
+        assert lazily[5] is not None  # a deadline: the walk mattered and was made
+    if shape == "behind":
+        assert lazily[3] is not None and lazily[4] == "interpolated"
