@@ -136,14 +136,26 @@ def test_a_stopped_job_pages_its_owners_channel_through_beat_and_the_worker(depl
 
 def test_the_workers_cluster_polls_write_the_charts_roll_ups(deployed, world):
     """Issue #16: the roll-ups the long charts read are written by the deployed worker's cluster
-    polls (beat -> worker), per minute and per hour, with the pipeline's partitions."""
-    def rolled_up():
+    polls (beat -> worker), per minute and per hour, with the pipeline's partitions. A minute
+    goes into its hour when the pipeline's next minute opens: the charts' hours include the
+    newest minute meanwhile, and the stored hour row follows within a minute."""
+    def stored():
         return deployed.shell_json(
             "from dashboard.models import ChartRollup\n"
             f"rows = ChartRollup.objects.filter(pipeline_id={world['pipeline']})\n"
             "result = sorted({r.resolution_s for r in rows if r.lags})")
 
-    assert wait_for(rolled_up, timeout_s=30, interval_s=0.5) == [60, 3600], deployed.logs(["worker"], lines=200)
+    def hours_charted():
+        return deployed.shell_json(
+            "from datetime import datetime, timezone\n"
+            "from dashboard.charts.rollups import rollup_points\n"
+            f"points = rollup_points(pipeline_id={world['pipeline']}, resolution_s=3600, per_partition=True, "
+            "since=datetime(2000, 1, 1, tzinfo=timezone.utc), until=datetime(2100, 1, 1, tzinfo=timezone.utc))\n"
+            "result = [len(p.partitions) for _, p in points]")
+
+    assert 60 in (wait_for(stored, timeout_s=30, interval_s=0.5) or []), deployed.logs(["worker"], lines=200)
+    assert (wait_for(hours_charted, timeout_s=30, interval_s=0.5) or [0])[-1] == 2
+    assert wait_for(lambda: stored() == [60, 3600], timeout_s=90, interval_s=3), deployed.logs(["worker"], lines=200)
 
 
 def test_an_approved_rewind_is_announced_on_the_webhook_through_the_worker(deployed, world, peer_network):
