@@ -104,7 +104,7 @@ def poll_store(store_id: int, timeout_s: float | None = None) -> int:
         )
         added = store_reading_record(store=store, reading=reading, now_ms=plan.now_ms)
     # Rewinds applied to this store's pipelines are verified from the batches just recorded.
-    rewinds.rewinds_verify(pipeline_ids=list(store.pipelines.values_list("pk", flat=True)))
+    rewinds.rewinds_verify(store_id=store.pk)
     return added
 
 
@@ -127,7 +127,8 @@ def poll_cluster(cluster_id: int, timeout_s: float | None = None, shard: int | N
                                  config=kafka_client_config(cluster_name=cluster.name))
         shards.topic_partitions_record(cluster=cluster, result=result, topics=topics)
         warnings = [f"topic {t!r}: {why}" for t, why in sorted(result.missing.items())]
-        topics_of, committed = cluster_committed(cluster=cluster, topics=list(result.by_topic))
+        pipelines, committed = cluster_committed(cluster=cluster, topics=list(result.by_topic))
+        topics_of = {p.pk: p.topic for p in pipelines}
         # The records at the committed positions are read after the watermarks, in a thread with
         # no database access, while the samples are stored and the history loaded; the evaluation
         # waits for them (at most the read's budget). A failure there is a warning.
@@ -141,7 +142,7 @@ def poll_cluster(cluster_id: int, timeout_s: float | None = None, shard: int | N
                 return records.found, records.missing
 
             added = watermarks_record(cluster=cluster, result=result, sampled_at=outcome.started_at,
-                                               records_later=records_later, committed=committed)
+                                               records_later=records_later, committed=committed, pipelines=pipelines)
             records = reading.result()  # read already, unless there was no pipeline to evaluate
         if records.warning:
             warnings.append(records.warning)

@@ -110,21 +110,31 @@ def rollups_merge(points: dict[tuple[int, int, datetime], Point], *, keep_existi
     written."""
     if not points:
         return 0
+    return _merge_write(points, _stored(points), keep_existing=keep_existing)
+
+
+def _stored(points) -> dict[tuple[int, int, datetime], Point]:
+    """The stored roll-ups among the keys of `points`, in one query."""
+    if not points:
+        return {}
     wanted = Q()
     for resolution in RESOLUTIONS:
         buckets = {b for (_, r, b) in points if r == resolution}
         if buckets:
             wanted |= Q(resolution_s=resolution, bucket__in=buckets)
-    stored = (ChartRollup.objects.filter(wanted, pipeline_id__any={pk for pk, _, _ in points})
-              .values_list("pipeline_id", "resolution_s", "bucket", *_FIELDS))
+    rows = (ChartRollup.objects.filter(wanted, pipeline_id__any={pk for pk, _, _ in points})
+            .values_list("pipeline_id", "resolution_s", "bucket", *_FIELDS))
+    return {(pk, resolution, bucket): _point_of(*fields) for pk, resolution, bucket, *fields in rows
+            if (pk, resolution, bucket) in points}
+
+
+def _merge_write(points, stored, *, keep_existing: bool = False) -> int:
     points = dict(points)
-    for pk, resolution, bucket, *fields in stored:
-        key = (pk, resolution, bucket)
-        if key in points:
-            if keep_existing:
-                del points[key]
-            else:
-                points[key] = merged(_point_of(*fields), points[key])
+    for key, was in stored.items():
+        if keep_existing:
+            del points[key]
+        else:
+            points[key] = merged(was, points[key])
     rows = [(pk, r, b, encode_partitions(p.partitions), encode(p.lags, p.seconds), p.total_lag, p.lag_seconds, p.samples)
             for (pk, r, b), p in points.items()]
     _upsert(rows, keep_existing=keep_existing)
@@ -148,13 +158,14 @@ def rollups_record(evaluations: list[PipelineEvaluation], now: datetime) -> int:
     pipelines. Returns the rows written."""
     minute = bucket_start(now, ChartRollup.MINUTE)
     points = {(e.pipeline_id, ChartRollup.MINUTE, minute): evaluation_point(e) for e in evaluations}
-    opened = set(e.pipeline_id for e in evaluations) - set(
-        ChartRollup.objects.filter(resolution_s=ChartRollup.MINUTE, bucket=minute,
-                                   pipeline_id__any=[e.pipeline_id for e in evaluations])
-        .values_list("pipeline_id", flat=True))
-    for (pk, bucket), point in _newest_minutes(opened, before=minute).items():
-        points[(pk, ChartRollup.HOUR, bucket_start(bucket, ChartRollup.HOUR))] = point
-    return rollups_merge(points)
+    if not points:
+        return 0
+    stored = _stored(points)
+    opened = [pk for pk, resolution, bucket in points if (pk, resolution, bucket) not in stored]
+    hours = {(pk, ChartRollup.HOUR, bucket_start(bucket, ChartRollup.HOUR)): point
+             for (pk, bucket), point in _newest_minutes(opened, before=minute).items()}
+    stored.update(_stored(hours))
+    return _merge_write(points | hours, stored)
 
 
 def _newest_minutes(pipeline_ids, *, before: datetime) -> dict[tuple[int, datetime], Point]:

@@ -349,10 +349,11 @@ def committed_offsets(*, pipeline_ids: list[int]) -> dict[int, Committed]:
             for pk, (ms, offsets) in newest_batches(pipeline_ids=pipeline_ids, committed_only=True).items()}
 
 
-def cluster_committed(*, cluster: Cluster, topics: list[str]) -> tuple[dict[int, str], dict[int, Committed]]:
-    """The cluster's pipelines reading `topics` (id -> topic) and their newest stored batches."""
-    pipelines = dict(Pipeline.objects.filter(store__cluster=cluster, topic__any=topics).values_list("pk", "topic"))
-    return pipelines, committed_offsets(pipeline_ids=list(pipelines))
+def cluster_committed(*, cluster: Cluster, topics: list[str]) -> tuple[list[Pipeline], dict[int, Committed]]:
+    """The cluster's pipelines reading `topics` and their newest stored batches (the poll's
+    evaluation takes both: its pipelines are read once)."""
+    pipelines = list(Pipeline.objects.filter(store__cluster=cluster, topic__any=topics))
+    return pipelines, committed_offsets(pipeline_ids=[p.pk for p in pipelines])
 
 
 def record_positions(

@@ -258,6 +258,7 @@ def watermarks_record(
     committed: dict[int, Committed] | None = None,
     record_misses: dict[tuple[str, int, int], str] | None = None,
     records_later=None,
+    pipelines: list[Pipeline] | None = None,
 ) -> int:
     """Store the cluster's watermarks (one row per topic), then per pipeline reading its topics a
     lag sample, and evaluate them all (status, lag in seconds, retention risk, incidents).
@@ -271,8 +272,8 @@ def watermarks_record(
     `records_later`: instead of the two, a function returning them, called only when the
     evaluation needs them (after the inserts and history queries): the caller's record read
     runs meanwhile.
-    `committed`: each pipeline's newest offsets when the caller already read them
-    (cluster_committed), else read here.
+    `committed`, `pipelines`: each pipeline's newest offsets and the pipelines reading the
+    topics of `result`, when the caller already read them (cluster_committed), else read here.
     A constant number of queries whatever the number of pipelines."""
     # A write never waits for the prune to have created its day (nor lands in the default partition).
     sample_partitions.partitions_ensure({sample_partitions.day_of(sampled_at)})
@@ -283,7 +284,8 @@ def watermarks_record(
                      pack([parts[p].high for p in ids])))
     copy_rows(WatermarkSample, ["cluster_id", "topic", "sampled_at", "partitions", "lows", "highs"], rows)
 
-    pipelines = list(Pipeline.objects.filter(store__cluster=cluster, topic__any=list(result.by_topic)))
+    if pipelines is None:
+        pipelines = list(Pipeline.objects.filter(store__cluster=cluster, topic__any=list(result.by_topic)))
     newest = committed if committed is not None else committed_offsets(pipeline_ids=[p.pk for p in pipelines])
     offsets_of = {pk: c.offsets for pk, c in newest.items()}
     samples: dict[int, NewSample] = {}

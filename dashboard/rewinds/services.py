@@ -416,18 +416,19 @@ def _job_rewind(pipeline: Pipeline, rewind_id: int) -> RewindRequest:
 # --- verification (the collectors) ---------------------------------------------------------------------
 
 
-def rewinds_verify(*, pipeline_ids: list[int]) -> int:
+def rewinds_verify(*, pipeline_ids: list[int] | None = None, store_id: int | None = None) -> int:
     """Applied rewinds of these pipelines: verified when the batch that marks the start (the target
     the job or the dashboard wrote) is in the store's history with exactly the target's offsets,
     failed with the difference when it is not. Stores that keep only their current offsets may
     have moved past the marker before a poll saw it: the first batch after it then must not be
     behind the target anywhere. Claimed rewinds whose `applied` report never came are settled from
-    their marker first (_settle_claim_from_marker). Returns how many were settled."""
+    their marker first (_settle_claim_from_marker). Returns how many were settled. The pipelines:
+    `pipeline_ids`, or every pipeline of the store `store_id` (a store poll's)."""
+    scope = Q(pipeline__store_id=store_id) if store_id is not None else Q(pipeline_id__any=pipeline_ids)
     settled = 0
-    for rewind in RewindRequest.objects.filter(pipeline_id__any=pipeline_ids, status=Status.CLAIMED):
+    for rewind in RewindRequest.objects.filter(scope, status=Status.CLAIMED):
         settled += _settle_claim_from_marker(rewind)
-    for rewind in RewindRequest.objects.filter(pipeline_id__any=pipeline_ids, status=Status.APPLIED,
-                                               marker_batch_ms__isnull=False):
+    for rewind in RewindRequest.objects.filter(scope, status=Status.APPLIED, marker_batch_ms__isnull=False):
         after = list(Batch.objects.filter(pipeline_id=rewind.pipeline_id, batch_time_ms__gte=rewind.marker_batch_ms)
                      .order_by("batch_time_ms").values_list("batch_time_ms", "offsets")[:1])
         if not after:

@@ -176,7 +176,8 @@ def test_a_marker_that_differs_from_the_target_fails_with_the_difference(payment
     job.post(f"/api/v1/rewinds/{r.pk}/applied", {"instance": "a", "offsets": {"0": 30, "1": 20}, "marker_batch_ms": T0 + 60_000},
              content_type="application/json")
     record_batch(payments, T0 + 60_000, {"0": 30, "1": 50})  # partition 1 was not rewound
-    rewinds_verify(pipeline_ids=[payments.pk])
+    assert rewinds_verify(store_id=payments.store_id + 10**6) == 0  # another store's poll: not its rewind
+    assert rewinds_verify(store_id=payments.store_id) == 1  # its store's poll (the collectors' call)
     r.refresh_from_db()
     assert r.status == "failed" and "partition 1: 50 instead of 20" in r.outcome
 
