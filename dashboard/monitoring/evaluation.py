@@ -108,8 +108,7 @@ def pipelines_evaluate(
     deep_topics = set()
     for pipeline in pipelines:
         window_marks = marks_at.get(pipeline.topic, {})
-        now_marks = marks_of[pipeline.topic]
-        behind = [(p, c) for p, c in committed.get(pipeline.pk, {}).items() if p in now_marks and c < now_marks[p][1]]
+        behind = _behind(committed.get(pipeline.pk, {}), marks_of[pipeline.topic])
         if window_marks and behind:
             first = window_marks[min(window_marks)].marks()
             if any(p in first and c < first[p][1] for p, c in behind):
@@ -201,11 +200,7 @@ def _topics_walked(pipelines: list[Pipeline], committed: dict[int, dict[int, int
     its first sample of the lookback and now (retention rates), or whose first sample lacks a
     partition it has now (its lows are walked). A topic with every pipeline caught up and its low
     watermarks standing still needs only those two samples (TopicSeries.low_moved)."""
-    walked = set()
-    for pipeline in pipelines:
-        now_marks = marks_of[pipeline.topic]
-        if any(p in now_marks and c < now_marks[p][1] for p, c in committed.get(pipeline.pk, {}).items()):
-            walked.add(pipeline.topic)
+    walked = {p.topic for p in pipelines if _behind(committed.get(p.pk, {}), marks_of[p.topic])}
     for topic, now_marks in marks_of.items():
         if topic in walked:
             continue
@@ -213,6 +208,11 @@ def _topics_walked(pipelines: list[Pipeline], committed: dict[int, dict[int, int
         if any(p not in first or first[p][0] != low for p, (low, _) in now_marks.items()):
             walked.add(topic)
     return walked
+
+
+def _behind(committed: dict[int, int], now_marks: dict[int, tuple[int, int]]) -> list[tuple[int, int]]:
+    """(partition, committed) of the partitions behind their high watermark now."""
+    return [(p, c) for p, c in committed.items() if p in now_marks and c < now_marks[p][1]]
 
 
 def _oldest_watermarks(cluster: Cluster, topics: list[str], since: datetime) -> dict[str, tuple[datetime, PackedMarks]]:
