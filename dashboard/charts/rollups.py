@@ -113,8 +113,9 @@ def rollups_merge(points: dict[tuple[int, int, datetime], Point], *, keep_existi
     return _merge_write(points, _stored(points), keep_existing=keep_existing)
 
 
-def _stored(points) -> dict[tuple[int, int, datetime], Point]:
-    """The stored roll-ups among the keys of `points`, in one query."""
+def _stored(points) -> dict[tuple[int, int, datetime], tuple]:
+    """The stored roll-ups among the keys of `points` (their packed fields, decoded only where
+    they are merged: the backfill keeps a stored bucket as it is), in one query."""
     if not points:
         return {}
     wanted = Q()
@@ -124,17 +125,17 @@ def _stored(points) -> dict[tuple[int, int, datetime], Point]:
             wanted |= Q(resolution_s=resolution, bucket__in=buckets)
     rows = (ChartRollup.objects.filter(wanted, pipeline_id__any={pk for pk, _, _ in points})
             .values_list("pipeline_id", "resolution_s", "bucket", *_FIELDS))
-    return {(pk, resolution, bucket): _point_of(*fields) for pk, resolution, bucket, *fields in rows
+    return {(pk, resolution, bucket): fields for pk, resolution, bucket, *fields in rows
             if (pk, resolution, bucket) in points}
 
 
 def _merge_write(points, stored, *, keep_existing: bool = False) -> int:
     points = dict(points)
-    for key, was in stored.items():
+    for key, fields in stored.items():
         if keep_existing:
             del points[key]
         else:
-            points[key] = merged(was, points[key])
+            points[key] = merged(_point_of(*fields), points[key])
     rows = [(pk, r, b, encode_partitions(p.partitions), encode(p.lags, p.seconds), p.total_lag, p.lag_seconds, p.samples)
             for (pk, r, b), p in points.items()]
     _upsert(rows, keep_existing=keep_existing)

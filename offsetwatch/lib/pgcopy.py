@@ -82,13 +82,18 @@ def copy_rows(model: type[models.Model], columns: Sequence[str], rows: Iterable[
     if not rows:
         return 0
     if connection.vendor != "postgresql":
-        by_column = {f.column: f for f in model._meta.concrete_fields}
-        model.objects.bulk_create([model(**{by_column[c].attname: v for c, v in zip(columns, row)}) for row in rows],
-                                  batch_size=1000)
+        model.objects.bulk_create(_instances(model, columns, rows), batch_size=1000)
         return len(rows)
     with connection.cursor() as cursor:
         _copy(cursor, model._meta.db_table, columns, rows)
     return len(rows)
+
+
+def _instances(model: type[models.Model], columns: Sequence[str], rows: list[Sequence]) -> list[models.Model]:
+    """The rows (values in `columns`' order) as model instances: the bulk_create fallback of
+    the databases without COPY."""
+    by_column = {f.column: f for f in model._meta.concrete_fields}
+    return [model(**{by_column[c].attname: v for c, v in zip(columns, row)}) for row in rows]
 
 
 def copy_upsert(model: type[models.Model], columns: Sequence[str], rows: Iterable[Sequence], *,
@@ -102,7 +107,7 @@ def copy_upsert(model: type[models.Model], columns: Sequence[str], rows: Iterabl
         return 0
     if connection.vendor != "postgresql":
         by_column = {f.column: f for f in model._meta.concrete_fields}
-        objs = [model(**{by_column[c].attname: v for c, v in zip(columns, row)}) for row in rows]
+        objs = _instances(model, columns, rows)
         if update:
             model.objects.bulk_create(objs, batch_size=500, update_conflicts=True,
                                       unique_fields=[by_column[c].name for c in conflict],
